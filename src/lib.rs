@@ -1,0 +1,57 @@
+//! graphloom turns archives of episodes (messages, document chunks, JSON
+//! records) into a temporal knowledge graph stored as Delta Lake tables.
+//!
+//! The modules follow the data flow of a run, so each stage lives in the
+//! module named after it:
+//!
+//! * [`spec`]: the pipeline spec (TOML) and its checks;
+//! * [`ontology`]: entity and edge types, hierarchies and their rules;
+//! * [`add`]: loading known nodes and facts without an LLM;
+//! * [`resolve`]: matching mentions to nodes (name normalisation so far);
+//! * [`store`]: the graph's Delta tables and the commit protocol;
+//! * [`query`]: a DataFusion session over the graph with label functions.
+//!
+//! [`objstore`] is shared plumbing: URLs and object store clients.
+
+pub mod add;
+pub mod objstore;
+pub mod ontology;
+pub mod query;
+pub mod resolve;
+pub mod spec;
+pub mod store;
+
+/// Errors of any layer, as the command line reports them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    #[error(transparent)]
+    Ontology(#[from] ontology::OntologyError),
+    #[error(transparent)]
+    Location(#[from] objstore::LocationError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Query(#[from] query::QueryError),
+    #[error(transparent)]
+    Add(#[from] add::AddError),
+}
+
+impl Error {
+    /// Whether the error is the user's input (spec, ontology, location, SQL
+    /// text) rather than a failure while running; the CLI exits with 2 for
+    /// these and 1 for the rest.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Error::Spec(_) | Error::Ontology(_) | Error::Location(_) => true,
+            Error::Store(store::StoreError::Location(_)) => true,
+            Error::Query(q) => q.is_usage(),
+            Error::Add(a) => a.is_usage(),
+            Error::Store(_) => false,
+        }
+    }
+}
+
+/// Result alias across layers.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

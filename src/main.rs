@@ -1,0 +1,349 @@
+//! The `graphloom` command line. `main` only maps the outcome of [`run`] to
+//! an exit code: 0 ok, 1 runtime error, 2 usage or configuration error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use graphloom::ontology::Ontology;
+use graphloom::query::{GraphSession, OutputFormat, render};
+use graphloom::spec::PipelineSpec;
+use graphloom::store::{GraphStore, Table};
+use graphloom::{Error, add};
+
+/// Writes to stdout; a closed pipe (`graphloom sql ... | head`) ends the
+/// process quietly instead of panicking like `println!` would.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+macro_rules! out {
+    () => { emit("\n") };
+    ($($arg:tt)*) => { emit(&format!("{}\n", format_args!($($arg)*))) };
+}
+
+macro_rules! out_raw {
+    ($($arg:tt)*) => { emit(&format!($($arg)*)) };
+}
+
+/// Turn archives of episodes into a temporal knowledge graph stored as Delta
+/// Lake tables, and query it with SQL.
+#[derive(Debug, Parser)]
+#[command(name = "graphloom", version, about, long_about = None)]
+struct Cli {
+    /// Log detail on stderr (error, warn, info, debug, trace); RUST_LOG
+    /// overrides it.
+    #[arg(long, global = true, default_value = "warn", value_name = "LEVEL")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with the ontology of a pipeline spec.
+    #[command(subcommand)]
+    Ontology(OntologyCommand),
+    /// Load known nodes and facts from a JSON Lines file (no LLM).
+    Add {
+        /// Pipeline spec (TOML) whose ontology and output graph to use.
+        pipeline: PathBuf,
+        /// JSON Lines file: one {"node": ...} or {"fact": ...} per line; a
+        /// local path or an object store URL.
+        file: String,
+        /// Write to this graph instead of the spec's output.graph.
+        #[arg(long, value_name = "URL")]
+        graph: Option<String>,
+    },
+    /// Run SQL against the graph's last completed run (read-only).
+    Sql {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// The query; several statements may be separated by `;`.
+        #[arg(conflicts_with = "file", required_unless_present = "file")]
+        query: Option<String>,
+        /// Read the query from a file instead.
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
+    },
+    /// Show tables, row counts, versions, the writer lock and recent runs.
+    Status {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// How many recent runs to list.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
+    /// Roll back the commits of an interrupted run (every write does this
+    /// first; this command does only that).
+    Recover {
+        #[command(flatten)]
+        target: GraphTarget,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OntologyCommand {
+    /// Validate the ontology and print its type trees; exits 2 on errors.
+    Check {
+        /// Pipeline spec (TOML).
+        pipeline: PathBuf,
+    },
+}
+
+/// Which graph a read command opens.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct GraphTarget {
+    /// Root URL of the graph (file://, memory://, s3://, gs://, az:// or a path).
+    #[arg(long, value_name = "URL")]
+    graph: Option<String>,
+    /// Take the graph (and its storage options) from a pipeline spec.
+    #[arg(long, value_name = "PATH")]
+    pipeline: Option<PathBuf>,
+}
+
+impl TryFrom<&GraphTarget> for GraphStore {
+    type Error = Error;
+
+    fn try_from(target: &GraphTarget) -> Result<Self, Error> {
+        match (&target.graph, &target.pipeline) {
+            (Some(url), _) => Ok(GraphStore::open(url, &Default::default())?),
+            (None, Some(path)) => {
+                let spec = PipelineSpec::from_path(path)?;
+                open_output(&spec, None)
+            }
+            (None, None) => unreachable!("clap requires --graph or --pipeline"),
+        }
+    }
+}
+
+fn open_output(spec: &PipelineSpec, graph: Option<&str>) -> Result<GraphStore, Error> {
+    let url = graph.unwrap_or(&spec.output.graph);
+    Ok(GraphStore::open(url, &spec.output.storage_options)?
+        .with_lock_stale_after(Duration::from_secs(spec.output.lock_stale_after_secs)))
+}
+
+fn load_spec(path: &PathBuf) -> Result<(PipelineSpec, Ontology), Error> {
+    let spec = PipelineSpec::from_path(path)?;
+    let ontology = Ontology::try_from(&spec.ontology)?;
+    Ok((spec, ontology))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_usage() { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        // Only graphloom's own messages by default: the libraries below log
+        // the same failures that graphloom reports with more context.
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(format!("graphloom={level}")))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Error> {
+    match cli.command {
+        Command::Ontology(OntologyCommand::Check { pipeline }) => ontology_check(&pipeline),
+        Command::Add {
+            pipeline,
+            file,
+            graph,
+        } => {
+            let (spec, ontology) = load_spec(&pipeline)?;
+            let store = open_output(&spec, graph.as_deref())?;
+            let report = add::add_file(&store, &ontology, &spec.output.group_id, &file).await?;
+            out!(
+                "added {} nodes ({} created for fact endpoints) and {} facts to {} (run {}, {} ms)",
+                report.run.nodes_added,
+                report.implicit_nodes,
+                report.run.edges_added,
+                store.display_url(),
+                report.run.run_id,
+                report.run.duration_ms,
+            );
+            if !report.failures.is_empty() {
+                out!(
+                    "{} line(s) failed and were recorded in `failures`:",
+                    report.failures.len()
+                );
+                for f in &report.failures {
+                    out!("  {}: {}", f.item, f.reason);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sql {
+            target,
+            query,
+            file,
+            format,
+        } => {
+            let sql = match (query, file) {
+                (Some(q), _) => q,
+                (None, Some(path)) => std::fs::read_to_string(&path).map_err(|source| {
+                    graphloom::query::QueryError::File {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?,
+                (None, None) => unreachable!("clap requires a query or --file"),
+            };
+            let store = GraphStore::try_from(&target)?;
+            let session = GraphSession::open(&store).await?;
+            let results = session.run(&sql).await?;
+            for result in &results {
+                out_raw!("{}", render(result, format)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { target, runs } => {
+            let store = GraphStore::try_from(&target)?;
+            status(&store, runs).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Recover { target } => {
+            let store = GraphStore::try_from(&target)?;
+            let rollbacks = store.recover().await?;
+            if rollbacks.is_empty() {
+                out!("nothing to recover: every table is at the last completed run");
+            }
+            for r in rollbacks {
+                out!(
+                    "rolled back `{}` from version {} to {}",
+                    r.table,
+                    r.from,
+                    r.to
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn ontology_check(pipeline: &PathBuf) -> Result<ExitCode, Error> {
+    let spec = PipelineSpec::from_path(pipeline)?;
+    let ontology = Ontology::try_from(&spec.ontology)?;
+    out!(
+        "ontology of {} is valid: {} entity types, {} edge types{}",
+        pipeline.display(),
+        ontology.entity_types.len(),
+        ontology.edge_types.len(),
+        if ontology.strict { " (strict)" } else { "" }
+    );
+    out!("\nentity types:");
+    out_raw!("{}", indent(&ontology.entity_tree.render()));
+    out!("\nedge types:");
+    out_raw!("{}", indent(&ontology.edge_tree.render()));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+async fn status(store: &GraphStore, max_runs: usize) -> Result<(), Error> {
+    let snapshot = store.snapshot().await?;
+    out!("graph: {}", store.display_url());
+    match &snapshot.head.last_completed {
+        Some(run) => out!(
+            "last completed run: {} (#{}, `{}`, finished {})",
+            run.run_id,
+            run.run_seq,
+            run.command,
+            run.finished_at.format("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        None => out!("last completed run: none (the graph is empty)"),
+    }
+    if let Some(holder) = store.lock_holder().await? {
+        out!("writer lock: held by {holder}");
+    }
+    out!(
+        "\n{:<22} {:>10} {:>9} {:>9}",
+        "table",
+        "rows",
+        "version",
+        "latest"
+    );
+    for table in Table::ALL {
+        let rows: usize = snapshot
+            .read(table)
+            .await?
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        let pinned = snapshot
+            .table(table)
+            .and_then(|t| t.version())
+            .map_or("-".to_string(), |v| v.to_string());
+        let latest = store
+            .load_latest(table)
+            .await?
+            .and_then(|t| t.version())
+            .map_or("-".to_string(), |v| v.to_string());
+        out!(
+            "{:<22} {:>10} {:>9} {:>9}",
+            table.name(),
+            rows,
+            pinned,
+            latest
+        );
+    }
+    let runs = &snapshot.head.runs;
+    if !runs.is_empty() {
+        out!("\nrecent runs:");
+        for run in runs.iter().rev().take(max_runs) {
+            out!(
+                "  #{:<4} {} {:<9} {:<8} {} nodes +{} edges +{} failures {} {}",
+                run.run_seq,
+                run.started_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                run.status,
+                run.command,
+                run.nodes_added,
+                run.edges_added,
+                run.failures,
+                run.run_id,
+                run.error.as_deref().unwrap_or(""),
+            );
+        }
+    }
+    Ok(())
+}

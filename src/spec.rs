@@ -1,0 +1,224 @@
+//! The pipeline spec: one TOML file that says where episodes come from, where
+//! the graph is written, which model extracts it and which ontology types it.
+//!
+//! Every key is documented with its default in the README ("Pipeline spec").
+//! Unknown keys are rejected with the key's name and position, because a
+//! typo such as `tokens_per_minit` must never silently fall back to a default.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::ontology::OntologySpec;
+
+/// Errors raised while reading or checking a pipeline spec.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The spec file could not be read.
+    #[error("cannot read pipeline spec {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the spec's shape
+    /// (unknown key, wrong value type, missing required key).
+    #[error("invalid pipeline spec {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A key has a value outside its allowed range.
+    #[error("invalid pipeline spec {path}: `{key}` {message}")]
+    Value {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+/// Result alias for spec loading.
+pub type Result<T, E = SpecError> = std::result::Result<T, E>;
+
+/// A whole pipeline spec as written in `pipelines/*.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// Where episodes are read from. Only `graphloom run` needs it.
+    pub source: Option<SourceSpec>,
+    /// Where the graph's tables live.
+    pub output: OutputSpec,
+    /// The OpenAI-compatible model server used by the LLM stages.
+    #[serde(default)]
+    pub llm: LlmSpec,
+    /// Entity and edge types with their hierarchies.
+    #[serde(default)]
+    pub ontology: OntologySpec,
+}
+
+/// `[source]`: the archive of episodes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSpec {
+    /// Object store URL of a directory (or prefix) holding episode files.
+    pub url: String,
+    /// File format of the episodes.
+    #[serde(default)]
+    pub format: SourceFormat,
+}
+
+/// Episode file formats understood by the source stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceFormat {
+    /// One JSON object per line.
+    #[default]
+    Jsonl,
+    /// A JSON array of objects per file.
+    Json,
+    /// Parquet files with a column mapping.
+    Parquet,
+    /// Plain text or Markdown documents split into chunks.
+    Text,
+}
+
+/// `[output]`: the graph's root and how to reach it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    /// Root URL of the graph; each table is a Delta table below it.
+    pub graph: String,
+    /// Partition of the graph this pipeline writes to.
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// Extra object store options (e.g. `aws_region`, `aws_endpoint`,
+    /// `allow_http`); the usual `AWS_*`, `GOOGLE_*`, `AZURE_*` environment
+    /// variables are read as well. Values never appear in logs.
+    #[serde(default)]
+    pub storage_options: BTreeMap<String, String>,
+    /// Seconds after which a writer lock whose holder stopped renewing it is
+    /// considered abandoned and may be taken over.
+    #[serde(default = "default_lock_stale_after_secs")]
+    pub lock_stale_after_secs: u64,
+}
+
+fn default_group_id() -> String {
+    "default".to_string()
+}
+
+fn default_lock_stale_after_secs() -> u64 {
+    120
+}
+
+/// `[llm]`: the OpenAI-compatible endpoint and the budget it may use.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSpec {
+    /// Base URL up to and including `/v1`.
+    pub base_url: String,
+    /// Model (or deployment) name sent with each request.
+    pub model: String,
+    /// Name of the environment variable that holds the API key; the key
+    /// itself never appears in a spec.
+    pub api_key_env: String,
+    /// Request budget per minute shared by every stage of a run.
+    pub requests_per_minute: u32,
+    /// Token budget (prompt + completion) per minute shared by every stage.
+    pub tokens_per_minute: u32,
+    /// Calls in flight at once.
+    pub max_concurrency: u32,
+}
+
+impl Default for LlmSpec {
+    fn default() -> Self {
+        Self {
+            base_url: "http://127.0.0.1:8093/v1".to_string(),
+            model: "local-llm".to_string(),
+            api_key_env: "OPENAI_API_KEY".to_string(),
+            requests_per_minute: 600,
+            tokens_per_minute: 1_000_000,
+            max_concurrency: 8,
+        }
+    }
+}
+
+impl std::fmt::Debug for LlmSpec {
+    // Spelled out so that a future key holding a secret cannot slip into
+    // `{:?}` output by accident: only names and numbers are printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmSpec")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("requests_per_minute", &self.requests_per_minute)
+            .field("tokens_per_minute", &self.tokens_per_minute)
+            .field("max_concurrency", &self.max_concurrency)
+            .finish()
+    }
+}
+
+impl PipelineSpec {
+    /// Reads and checks a spec file. The ontology is parsed here but
+    /// validated separately ([`crate::ontology::Ontology::try_from`]) so that
+    /// `graphloom ontology check` can list every ontology error at once.
+    pub fn from_path(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parses a spec from TOML text; `path` is only used in messages.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self> {
+        let spec: PipelineSpec = toml::from_str(text).map_err(|e| SpecError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        spec.check_values(path)?;
+        Ok(spec)
+    }
+
+    fn check_values(&self, path: &Path) -> Result<()> {
+        let bad = |key: &str, message: &str| SpecError::Value {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            message: message.to_string(),
+        };
+        if self.output.graph.trim().is_empty() {
+            return Err(bad("output.graph", "must not be empty"));
+        }
+        if self.output.group_id.trim().is_empty() {
+            return Err(bad("output.group_id", "must not be empty"));
+        }
+        if self.output.lock_stale_after_secs == 0 {
+            return Err(bad("output.lock_stale_after_secs", "must be at least 1"));
+        }
+        let llm = &self.llm;
+        for (key, value) in [
+            ("llm.requests_per_minute", llm.requests_per_minute),
+            ("llm.tokens_per_minute", llm.tokens_per_minute),
+            ("llm.max_concurrency", llm.max_concurrency),
+        ] {
+            if value == 0 {
+                return Err(bad(key, "must be at least 1"));
+            }
+        }
+        if llm.api_key_env.trim().is_empty() {
+            return Err(bad(
+                "llm.api_key_env",
+                "must name an environment variable (e.g. OPENAI_API_KEY)",
+            ));
+        }
+        if llm.api_key_env.starts_with("sk-") {
+            return Err(bad(
+                "llm.api_key_env",
+                "looks like an API key; put the key in an environment variable and name the variable here",
+            ));
+        }
+        if let Some(source) = &self.source
+            && source.url.trim().is_empty()
+        {
+            return Err(bad("source.url", "must not be empty"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,896 @@
+//! The graph store: one Delta Lake table per graph table under the graph's
+//! root URL, and the commit protocol that makes a run's writes visible
+//! together.
+//!
+//! # Commit protocol
+//!
+//! A run is visible once its row in `runs` (status `completed`) is
+//! committed; that row records, in `table_versions`, the Delta version it
+//! left every other table at. Readers ([`GraphStore::snapshot`]) open each
+//! table at exactly that version, so a run's data commits, made one table at
+//! a time, appear at once, and the commits of a run that died half way are
+//! never read.
+//!
+//! A writer ([`GraphStore::begin`]):
+//! 1. takes the advisory lock (`_graphloom/writer.lock`, create-if-absent);
+//! 2. rolls back every table whose latest version is past the version the
+//!    last completed run recorded (commits of a crashed run) with a Delta
+//!    RESTORE, so external engines reading the latest version see the last
+//!    completed run too;
+//! 3. commits each data table, then the `runs` row. Every commit is made
+//!    with no retry on the version it read: if anything else committed to
+//!    that table in between, the commit fails and the run stops with
+//!    [`StoreError::Concurrent`], leaving the graph at the last completed run.
+
+mod lock;
+pub mod rows;
+mod tables;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use chrono::Utc;
+use datafusion::prelude::SessionContext;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use futures::StreamExt;
+use object_store::ObjectStore;
+use url::Url;
+
+pub use lock::{LockInfo, host_name};
+pub use rows::RunRow;
+pub use tables::Table;
+
+use crate::objstore::{self, LocationError};
+
+/// Errors of the store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The graph URL is unusable.
+    #[error(transparent)]
+    Location(#[from] LocationError),
+    /// A Delta operation on one table failed.
+    #[error("table `{table}`: {source}")]
+    Delta {
+        table: &'static str,
+        #[source]
+        source: DeltaTableError,
+    },
+    /// Another writer holds the graph.
+    #[error(
+        "the graph is being written by {holder}; wait for it to finish, or if that process is gone, retry after its lock goes stale (output.lock_stale_after_secs)"
+    )]
+    Locked { holder: String },
+    /// Another writer committed to a table while this run was writing.
+    #[error(
+        "table `{table}` moved from version {expected} to {found} while this run was writing: another writer committed concurrently; this run's commits are not visible and the next run rolls them back"
+    )]
+    Concurrent {
+        table: &'static str,
+        expected: u64,
+        found: u64,
+    },
+    /// The tables disagree with the `runs` table in a way no crash explains.
+    #[error("graph at {url} is inconsistent: {message}")]
+    Corrupt { url: String, message: String },
+    /// Rows could not be converted to or from Arrow.
+    #[error("cannot encode rows of `{table}`: {message}")]
+    Encode {
+        table: &'static str,
+        message: String,
+    },
+    /// Object store error outside a Delta operation (the lock).
+    #[error(transparent)]
+    ObjectStore(#[from] object_store::Error),
+    /// Query error while reading a table.
+    #[error(transparent)]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+    /// A fault injected through `GRAPHLOOM_FAILPOINT` (tests only).
+    #[error("failpoint `{0}` triggered")]
+    Failpoint(String),
+}
+
+/// Result alias for the store layer.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A graph's root and the object store that holds it.
+#[derive(Clone)]
+pub struct GraphStore {
+    url: Url,
+    object_store: Arc<dyn ObjectStore>,
+    stale_after: Duration,
+}
+
+impl std::fmt::Debug for GraphStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphStore")
+            .field("url", &objstore::redacted(&self.url))
+            .finish()
+    }
+}
+
+/// What the `runs` table says about the graph.
+#[derive(Debug, Clone, Default)]
+pub struct Head {
+    /// The last run with status `completed`.
+    pub last_completed: Option<RunRow>,
+    /// Versions the last completed run recorded.
+    pub versions: BTreeMap<Table, u64>,
+    /// Sequence number the next run gets.
+    pub next_run_seq: i64,
+    /// Every row of `runs`, oldest first.
+    pub runs: Vec<RunRow>,
+}
+
+/// The graph as of its last completed run: every table opened at the
+/// version that run recorded (`None` for a table with no rows yet).
+pub struct Snapshot {
+    /// The runs table's view of the graph.
+    pub head: Head,
+    tables: BTreeMap<Table, Option<DeltaTable>>,
+}
+
+impl Snapshot {
+    /// The pinned Delta table, if the table has been written.
+    pub fn table(&self, table: Table) -> Option<&DeltaTable> {
+        self.tables.get(&table).and_then(|t| t.as_ref())
+    }
+
+    /// Registers every table under its name in `ctx`: pinned Delta tables,
+    /// or an empty table with the right schema for tables never written.
+    pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
+        for table in Table::ALL {
+            let provider: Arc<dyn datafusion::catalog::TableProvider> = match self.table(table) {
+                Some(delta) => {
+                    delta
+                        .update_datafusion_session(&ctx.state())
+                        .map_err(|source| StoreError::Delta {
+                            table: table.name(),
+                            source,
+                        })?;
+                    delta.table_provider().await?
+                }
+                None => Arc::new(datafusion::datasource::MemTable::try_new(
+                    table.schema(),
+                    vec![vec![]],
+                )?),
+            };
+            ctx.deregister_table(table.name())?;
+            ctx.register_table(table.name(), provider)?;
+        }
+        Ok(())
+    }
+
+    /// All rows of one table as batches.
+    pub async fn read(&self, table: Table) -> Result<Vec<RecordBatch>> {
+        match self.table(table) {
+            Some(delta) => read_all(table, delta).await,
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// How a staged write changes its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Add rows.
+    Append,
+    /// Replace every row.
+    Overwrite,
+}
+
+/// A table rolled back by recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollback {
+    /// The table.
+    pub table: Table,
+    /// Its latest version before recovery (a crashed run's commit).
+    pub from: u64,
+    /// The version the last completed run recorded, restored.
+    pub to: u64,
+}
+
+impl GraphStore {
+    /// Opens the graph at `location` (nothing is read or written yet).
+    pub fn open(location: &str, options: &BTreeMap<String, String>) -> Result<Self> {
+        let url = objstore::parse_dir_url(location)?;
+        let object_store = objstore::store_for(&url, options)?;
+        Ok(GraphStore {
+            url,
+            object_store,
+            stale_after: Duration::from_secs(120),
+        })
+    }
+
+    /// Sets how long a writer lock may go without a heartbeat before another
+    /// writer may take it over.
+    pub fn with_lock_stale_after(mut self, stale_after: Duration) -> Self {
+        self.stale_after = stale_after;
+        self
+    }
+
+    /// The graph's root URL.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    /// The root URL without credentials, for messages.
+    pub fn display_url(&self) -> String {
+        objstore::redacted(&self.url)
+    }
+
+    /// URL of one table's directory.
+    pub fn table_url(&self, table: Table) -> Url {
+        // The root always ends with `/`, so joining a relative name cannot fail.
+        self.url
+            .join(&format!("{}/", table.name()))
+            .unwrap_or_else(|_| self.url.clone())
+    }
+
+    fn lock_path(&self) -> object_store::path::Path {
+        objstore::path_of(&self.url)
+            .join("_graphloom")
+            .join("writer.lock")
+    }
+
+    fn builder(&self, table: Table) -> Result<DeltaTableBuilder> {
+        let url = self.table_url(table);
+        Ok(DeltaTableBuilder::from_url(url.clone())
+            .map_err(|source| StoreError::Delta {
+                table: table.name(),
+                source,
+            })?
+            .with_storage_backend(self.object_store.clone(), url))
+    }
+
+    /// Opens a table at its latest version; `None` if it was never created.
+    pub async fn load_latest(&self, table: Table) -> Result<Option<DeltaTable>> {
+        // A table exists once its log has an entry; asking the store first
+        // keeps "not created yet" apart from real load errors.
+        let log = objstore::path_of(&self.table_url(table)).join("_delta_log");
+        let mut listing = self.object_store.list(Some(&log));
+        match listing.next().await {
+            None => return Ok(None),
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(_)) => {}
+        }
+        let mut delta = self
+            .builder(table)?
+            .build()
+            .map_err(|source| StoreError::Delta {
+                table: table.name(),
+                source,
+            })?;
+        match delta.load().await {
+            Ok(()) => Ok(Some(delta)),
+            Err(DeltaTableError::NotATable(_)) => Ok(None),
+            Err(source) => Err(StoreError::Delta {
+                table: table.name(),
+                source,
+            }),
+        }
+    }
+
+    /// Opens a table at one version.
+    pub async fn load_version(&self, table: Table, version: u64) -> Result<DeltaTable> {
+        self.builder(table)?
+            .with_version(version)
+            .load()
+            .await
+            .map_err(|source| StoreError::Delta {
+                table: table.name(),
+                source,
+            })
+    }
+
+    /// Reads the `runs` table.
+    pub async fn head(&self) -> Result<Head> {
+        let Some(runs) = self.load_latest(Table::Runs).await? else {
+            return Ok(Head {
+                next_run_seq: 1,
+                ..Head::default()
+            });
+        };
+        let batches = read_all(Table::Runs, &runs).await?;
+        let mut rows: Vec<RunRow> = rows::from_batches(Table::Runs, &batches)?;
+        rows.sort_by_key(|r| r.run_seq);
+        let next_run_seq = rows.last().map_or(1, |r| r.run_seq + 1);
+        let last_completed = rows.iter().rev().find(|r| r.status == "completed").cloned();
+        let mut versions = BTreeMap::new();
+        if let Some(run) = &last_completed {
+            let recorded: BTreeMap<String, u64> = serde_json::from_str(&run.table_versions)
+                .map_err(|e| StoreError::Corrupt {
+                    url: self.display_url(),
+                    message: format!("run {} has unreadable table_versions: {e}", run.run_id),
+                })?;
+            for (name, v) in recorded {
+                if let Some(t) = Table::from_name(&name) {
+                    versions.insert(t, v);
+                }
+            }
+        }
+        Ok(Head {
+            last_completed,
+            versions,
+            next_run_seq,
+            runs: rows,
+        })
+    }
+
+    /// The graph as of its last completed run.
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let head = self.head().await?;
+        let mut tables = BTreeMap::new();
+        for table in Table::ALL {
+            let delta = match head.versions.get(&table) {
+                Some(v) => Some(self.load_version(table, *v).await?),
+                // `runs` itself is append-only and every row in it is final.
+                None if table == Table::Runs => self.load_latest(table).await?,
+                None => None,
+            };
+            tables.insert(table, delta);
+        }
+        Ok(Snapshot { head, tables })
+    }
+
+    /// The current writer lock, if any.
+    pub async fn lock_holder(&self) -> Result<Option<LockInfo>> {
+        lock::holder(&*self.object_store, &self.lock_path()).await
+    }
+
+    /// Starts a write: takes the lock, creates missing tables and rolls
+    /// back the commits of an interrupted run.
+    pub async fn begin(&self, command: &str, group_id: &str) -> Result<Transaction> {
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let lock = lock::acquire(
+            self.object_store.clone(),
+            self.lock_path(),
+            &run_id,
+            command,
+            self.stale_after,
+        )
+        .await?;
+        let prepared = self.prepare(&run_id).await;
+        let (head, tables, rollbacks) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                lock.release().await.ok();
+                return Err(e);
+            }
+        };
+        for r in &rollbacks {
+            tracing::warn!(
+                "rolled back table `{}` from version {} to {} (commits of an interrupted run)",
+                r.table,
+                r.from,
+                r.to
+            );
+        }
+        Ok(Transaction {
+            store: self.clone(),
+            lock: Some(lock),
+            run_id,
+            run_seq: head.next_run_seq,
+            command: command.to_string(),
+            group_id: group_id.to_string(),
+            started_at: Utc::now(),
+            head,
+            tables,
+            staged: Vec::new(),
+            rollbacks,
+        })
+    }
+
+    async fn prepare(
+        &self,
+        run_id: &str,
+    ) -> Result<(Head, BTreeMap<Table, DeltaTable>, Vec<Rollback>)> {
+        let head = self.head().await?;
+        let mut tables = BTreeMap::new();
+        let mut rollbacks = Vec::new();
+        for table in Table::ALL {
+            let pinned = head.versions.get(&table).copied();
+            let delta = match self.load_latest(table).await? {
+                None => {
+                    if let Some(v) = pinned {
+                        return Err(StoreError::Corrupt {
+                            url: self.display_url(),
+                            message: format!(
+                                "table `{table}` is missing but the last completed run recorded version {v}"
+                            ),
+                        });
+                    }
+                    self.create_table(table, run_id).await?
+                }
+                Some(delta) => {
+                    let latest = version_of(&delta);
+                    // Tables are created empty at version 0, so a table the last
+                    // completed run did not record is pinned at its empty start.
+                    let pin = if table == Table::Runs {
+                        latest
+                    } else {
+                        pinned.unwrap_or(0)
+                    };
+                    if latest < pin {
+                        return Err(StoreError::Corrupt {
+                            url: self.display_url(),
+                            message: format!(
+                                "table `{table}` is at version {latest}, older than version {pin} recorded by the last completed run"
+                            ),
+                        });
+                    }
+                    if latest > pin {
+                        let (restored, _) = delta
+                            .restore()
+                            .with_version_to_restore(pin)
+                            .with_commit_properties(commit_props(run_id, "recover"))
+                            .await
+                            .map_err(|source| StoreError::Delta {
+                                table: table.name(),
+                                source,
+                            })?;
+                        rollbacks.push(Rollback {
+                            table,
+                            from: latest,
+                            to: pin,
+                        });
+                        restored
+                    } else {
+                        delta
+                    }
+                }
+            };
+            tables.insert(table, delta);
+        }
+        Ok((head, tables, rollbacks))
+    }
+
+    async fn create_table(&self, table: Table, run_id: &str) -> Result<DeltaTable> {
+        let delta = self
+            .builder(table)?
+            .build()
+            .map_err(|source| StoreError::Delta {
+                table: table.name(),
+                source,
+            })?;
+        delta
+            .write(vec![RecordBatch::new_empty(table.schema())])
+            .with_save_mode(SaveMode::ErrorIfExists)
+            .with_table_name(table.name())
+            .with_commit_properties(commit_props(run_id, "create"))
+            .await
+            .map_err(|source| StoreError::Delta {
+                table: table.name(),
+                source,
+            })
+    }
+
+    /// Takes the lock, rolls back an interrupted run's commits and releases
+    /// the lock again (`graphloom recover`).
+    pub async fn recover(&self) -> Result<Vec<Rollback>> {
+        let tx = self.begin("recover", "").await?;
+        let rollbacks = tx.rollbacks.clone();
+        tx.abandon().await?;
+        Ok(rollbacks)
+    }
+}
+
+fn version_of(delta: &DeltaTable) -> u64 {
+    delta.version().map_or(0, |v| v as u64)
+}
+
+fn commit_props(run_id: &str, operation: &str) -> CommitProperties {
+    CommitProperties::default()
+        .with_max_retries(0)
+        .with_metadata([
+            ("graphloom.run_id".to_string(), serde_json::json!(run_id)),
+            (
+                "graphloom.operation".to_string(),
+                serde_json::json!(operation),
+            ),
+        ])
+}
+
+/// Reads every row of a Delta table.
+async fn read_all(table: Table, delta: &DeltaTable) -> Result<Vec<RecordBatch>> {
+    let ctx = SessionContext::new();
+    delta
+        .update_datafusion_session(&ctx.state())
+        .map_err(|source| StoreError::Delta {
+            table: table.name(),
+            source,
+        })?;
+    let provider = delta.table_provider().await?;
+    Ok(ctx.read_table(provider)?.collect().await?)
+}
+
+/// An open write to the graph. Stage writes, then [`Transaction::commit`].
+pub struct Transaction {
+    store: GraphStore,
+    lock: Option<lock::LockGuard>,
+    run_id: String,
+    run_seq: i64,
+    command: String,
+    group_id: String,
+    started_at: chrono::DateTime<Utc>,
+    head: Head,
+    tables: BTreeMap<Table, DeltaTable>,
+    staged: Vec<(Table, WriteMode, Vec<RecordBatch>)>,
+    rollbacks: Vec<Rollback>,
+}
+
+/// Counts a command reports in its `runs` row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunStats {
+    pub episodes_seen: i64,
+    pub episodes_skipped: i64,
+    pub episodes_added: i64,
+    pub nodes_added: i64,
+    pub edges_added: i64,
+    pub failures: i64,
+    pub llm_calls: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_usd: Option<f64>,
+    pub ontology_hash: String,
+}
+
+impl Transaction {
+    /// Id of this run (a UUIDv7, so ids sort by start time).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Sequence number of this run in the graph.
+    pub fn run_seq(&self) -> i64 {
+        self.run_seq
+    }
+
+    /// The `runs` view this run started from.
+    pub fn head(&self) -> &Head {
+        &self.head
+    }
+
+    /// Tables rolled back when the write began.
+    pub fn rollbacks(&self) -> &[Rollback] {
+        &self.rollbacks
+    }
+
+    /// The state a table is in before this run's writes (equal to the last
+    /// completed run's state after recovery).
+    pub fn base(&self, table: Table) -> Option<&DeltaTable> {
+        self.tables.get(&table)
+    }
+
+    /// All rows a table held before this run.
+    pub async fn read_base(&self, table: Table) -> Result<Vec<RecordBatch>> {
+        match self.tables.get(&table) {
+            Some(delta) => read_all(table, delta).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Queues a write; nothing is visible until [`Transaction::commit`].
+    pub fn stage(&mut self, table: Table, mode: WriteMode, batches: Vec<RecordBatch>) {
+        if table == Table::Runs {
+            // The runs row is the commit point and is written by `commit`.
+            return;
+        }
+        self.staged.push((table, mode, batches));
+    }
+
+    /// Commits every staged write, then the `runs` row that makes them
+    /// visible, and releases the lock. Returns that row.
+    pub async fn commit(mut self, stats: RunStats) -> Result<RunRow> {
+        let result = self.commit_inner(stats).await;
+        if let Some(lock) = self.lock.take() {
+            lock.release().await.ok();
+        }
+        result
+    }
+
+    async fn commit_inner(&mut self, stats: RunStats) -> Result<RunRow> {
+        let staged = std::mem::take(&mut self.staged);
+        // Commit in table order so a crash leaves a predictable prefix.
+        let mut by_table: BTreeMap<usize, Vec<(Table, WriteMode, Vec<RecordBatch>)>> =
+            BTreeMap::new();
+        let order: HashMap<Table, usize> = Table::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (*t, i))
+            .collect();
+        for s in staged {
+            by_table.entry(order[&s.0]).or_default().push(s);
+        }
+        for (table, mode, batches) in by_table.into_values().flatten() {
+            let base = self
+                .tables
+                .remove(&table)
+                .ok_or_else(|| StoreError::Corrupt {
+                    url: self.store.display_url(),
+                    message: format!("table `{table}` was not opened for writing"),
+                })?;
+            let next = self.write_table(table, base, mode, batches).await?;
+            self.tables.insert(table, next);
+            failpoint(&format!("after_commit:{table}"))?;
+        }
+        let versions: BTreeMap<&str, u64> = self
+            .tables
+            .iter()
+            .filter(|(t, _)| **t != Table::Runs)
+            .map(|(t, d)| (t.name(), version_of(d)))
+            .collect();
+        let finished_at = Utc::now();
+        let run = RunRow {
+            run_id: self.run_id.clone(),
+            run_seq: self.run_seq,
+            command: self.command.clone(),
+            status: "completed".into(),
+            group_id: self.group_id.clone(),
+            started_at: self.started_at,
+            finished_at,
+            duration_ms: (finished_at - self.started_at).num_milliseconds(),
+            episodes_seen: stats.episodes_seen,
+            episodes_skipped: stats.episodes_skipped,
+            episodes_added: stats.episodes_added,
+            nodes_added: stats.nodes_added,
+            edges_added: stats.edges_added,
+            failures: stats.failures,
+            llm_calls: stats.llm_calls,
+            prompt_tokens: stats.prompt_tokens,
+            completion_tokens: stats.completion_tokens,
+            cost_usd: stats.cost_usd,
+            ontology_hash: stats.ontology_hash,
+            table_versions: serde_json::to_string(&versions).unwrap_or_default(),
+            error: None,
+            graphloom_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
+        let base = self
+            .tables
+            .remove(&Table::Runs)
+            .ok_or_else(|| StoreError::Corrupt {
+                url: self.store.display_url(),
+                message: "table `runs` was not opened for writing".into(),
+            })?;
+        let next = self
+            .write_table(Table::Runs, base, WriteMode::Append, vec![batch])
+            .await?;
+        self.tables.insert(Table::Runs, next);
+        failpoint("after_commit:runs")?;
+        Ok(run)
+    }
+
+    async fn write_table(
+        &self,
+        table: Table,
+        base: DeltaTable,
+        mode: WriteMode,
+        batches: Vec<RecordBatch>,
+    ) -> Result<DeltaTable> {
+        let expected = version_of(&base);
+        let save_mode = match mode {
+            WriteMode::Append => SaveMode::Append,
+            WriteMode::Overwrite => SaveMode::Overwrite,
+        };
+        let batches = if batches.is_empty() {
+            vec![RecordBatch::new_empty(table.schema())]
+        } else {
+            batches
+        };
+        let written = base
+            .write(batches)
+            .with_save_mode(save_mode)
+            .with_commit_properties(commit_props(&self.run_id, &self.command))
+            .await;
+        match written {
+            Ok(next) => Ok(next),
+            Err(source) => {
+                // Tell a lost race apart from other failures: it is the one
+                // error a user fixes by running one writer at a time.
+                if let Ok(Some(now)) = self.store.load_latest(table).await {
+                    let found = version_of(&now);
+                    if found > expected {
+                        return Err(StoreError::Concurrent {
+                            table: table.name(),
+                            expected,
+                            found,
+                        });
+                    }
+                }
+                Err(StoreError::Delta {
+                    table: table.name(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Records a failed run (best effort: a row with status `failed` that
+    /// pins nothing new) and releases the lock. Staged writes are dropped.
+    pub async fn fail(mut self, error: &str, stats: RunStats) -> Result<()> {
+        let finished_at = Utc::now();
+        let run = RunRow {
+            run_id: self.run_id.clone(),
+            run_seq: self.run_seq,
+            command: self.command.clone(),
+            status: "failed".into(),
+            group_id: self.group_id.clone(),
+            started_at: self.started_at,
+            finished_at,
+            duration_ms: (finished_at - self.started_at).num_milliseconds(),
+            episodes_seen: stats.episodes_seen,
+            episodes_skipped: stats.episodes_skipped,
+            episodes_added: 0,
+            nodes_added: 0,
+            edges_added: 0,
+            failures: stats.failures,
+            llm_calls: stats.llm_calls,
+            prompt_tokens: stats.prompt_tokens,
+            completion_tokens: stats.completion_tokens,
+            cost_usd: stats.cost_usd,
+            ontology_hash: stats.ontology_hash,
+            table_versions: self
+                .head
+                .last_completed
+                .as_ref()
+                .map_or_else(|| "{}".to_string(), |r| r.table_versions.clone()),
+            error: Some(error.chars().take(2000).collect()),
+            graphloom_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        let result = async {
+            let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
+            let base = self
+                .tables
+                .remove(&Table::Runs)
+                .ok_or_else(|| StoreError::Corrupt {
+                    url: self.store.display_url(),
+                    message: "table `runs` was not opened for writing".into(),
+                })?;
+            self.write_table(Table::Runs, base, WriteMode::Append, vec![batch])
+                .await
+        }
+        .await;
+        if let Some(lock) = self.lock.take() {
+            lock.release().await.ok();
+        }
+        result.map(|_| ())
+    }
+
+    /// Releases the lock without writing anything.
+    pub async fn abandon(mut self) -> Result<()> {
+        if let Some(lock) = self.lock.take() {
+            lock.release().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Fault injection for crash tests: `GRAPHLOOM_FAILPOINT` holds
+/// `name=action` pairs separated by commas, where action is `abort` (the
+/// process dies as if killed), `error`, or `sleep:<ms>`. Names are
+/// `after_commit:<table>`. Not for production use.
+fn failpoint(name: &str) -> Result<()> {
+    let Ok(spec) = std::env::var("GRAPHLOOM_FAILPOINT") else {
+        return Ok(());
+    };
+    for entry in spec.split(',') {
+        let Some((point, action)) = entry.trim().split_once('=') else {
+            continue;
+        };
+        if point != name {
+            continue;
+        }
+        match action {
+            "abort" => std::process::abort(),
+            "error" => return Err(StoreError::Failpoint(name.to_string())),
+            other => {
+                if let Some(ms) = other
+                    .strip_prefix("sleep:")
+                    .and_then(|m| m.parse::<u64>().ok())
+                {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rows describing the ontology in effect: both type tables and both
+/// closures, each to be written in overwrite mode so that a filter on a
+/// parent type expands with the current hierarchy.
+pub fn ontology_batches(
+    ontology: &crate::ontology::Ontology,
+    run_id: &str,
+) -> Result<Vec<(Table, RecordBatch)>> {
+    use rows::{ClosureRow, EdgeTypeRow, EntityTypeRow};
+    let entity_rows: Vec<EntityTypeRow> = ontology
+        .entity_tree
+        .iter()
+        .filter_map(|node| {
+            let spec = ontology.entity_types.get(&node.name)?;
+            Some(EntityTypeRow {
+                name: node.name.clone(),
+                parent: node.parent.clone(),
+                depth: node.depth as i64,
+                description: spec.description.clone(),
+                properties: to_json(&spec.properties),
+                identity_properties: spec.identity_properties.clone(),
+                run_id: run_id.to_string(),
+            })
+        })
+        .collect();
+    let edge_rows: Vec<EdgeTypeRow> = ontology
+        .edge_tree
+        .iter()
+        .filter_map(|node| {
+            let spec = ontology.edge_types.get(&node.name)?;
+            Some(EdgeTypeRow {
+                name: node.name.clone(),
+                parent: node.parent.clone(),
+                depth: node.depth as i64,
+                description: spec.description.clone(),
+                properties: to_json(&spec.properties),
+                source_targets: to_json(&spec.source_targets),
+                run_id: run_id.to_string(),
+            })
+        })
+        .collect();
+    let closure = |tree: &crate::ontology::TypeTree| -> Vec<ClosureRow> {
+        tree.closure()
+            .into_iter()
+            .map(|(ancestor, descendant, distance)| ClosureRow {
+                ancestor,
+                descendant,
+                distance: distance as i64,
+            })
+            .collect()
+    };
+    Ok(vec![
+        (
+            Table::EntityTypes,
+            rows::to_batch(Table::EntityTypes, &entity_rows)?,
+        ),
+        (
+            Table::EdgeTypes,
+            rows::to_batch(Table::EdgeTypes, &edge_rows)?,
+        ),
+        (
+            Table::EntityTypeClosure,
+            rows::to_batch(Table::EntityTypeClosure, &closure(&ontology.entity_tree))?,
+        ),
+        (
+            Table::EdgeTypeClosure,
+            rows::to_batch(Table::EdgeTypeClosure, &closure(&ontology.edge_tree))?,
+        ),
+    ])
+}
+
+/// JSON text of a value for JSON-valued columns.
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+}
+
+impl Transaction {
+    /// A DataFusion session over the tables as they were before this run
+    /// (the base of its writes), for lookups such as the next short id or
+    /// resolution joins against committed nodes.
+    pub async fn base_context(&self) -> Result<SessionContext> {
+        let ctx = SessionContext::new();
+        for (table, delta) in &self.tables {
+            delta
+                .update_datafusion_session(&ctx.state())
+                .map_err(|source| StoreError::Delta {
+                    table: table.name(),
+                    source,
+                })?;
+            let provider = delta.table_provider().await?;
+            ctx.register_table(table.name(), provider)?;
+        }
+        Ok(ctx)
+    }
+}
