@@ -1,1 +1,8 @@
-fn main() {}
+//! graphloom's integration tests, one binary with a module per area (a
+//! single binary keeps link time down).
+
+mod common;
+mod interop;
+mod ontology_rules;
+mod slt;
+mod store_protocol;

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Reads a graphloom graph the way an external engine would.
+
+Usage: read_graph.py GRAPH_DIR
+
+A graphloom graph is as of its last `runs` row with status 'completed'; that
+row's `table_versions` column maps every other table to the Delta version the
+run left it at. This script finds that row with the Python `deltalake`
+package, then counts every table's rows at its pinned version twice:
+
+* with `deltalake` (DeltaTable(path, version=v).to_pyarrow_table());
+* with DuckDB over the Parquet files of that version
+  (DeltaTable.file_uris() -> read_parquet([...])), since DuckDB's delta
+  extension would need a download.
+
+`runs` itself is not in `table_versions`: like graphloom, it is read at its
+latest version (it is append-only and every row in it is final).
+
+It also runs, in DuckDB over the pinned files, the number of nodes labelled
+'Contract' and the number of edges whose relation_type is EMPLOYED_BY or one
+of its subtypes per edge_type_closure.
+
+Prints one JSON object:
+  {"deltalake": {table: count}, "duckdb": {table: count},
+   "duckdb_contract_nodes": n, "duckdb_employment_edges": n}
+and exits non-zero, with a message on stderr, on any error.
+"""
+
+import json
+import os
+import sys
+
+PROG = "read_graph.py"
+REQUIREMENTS = "tests/interop/requirements.txt"
+
+# Reader features that make "read every Parquet file in file_uris()" wrong:
+# deletion vectors hide rows inside files, column mapping renames columns.
+UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
+
+
+class GraphError(Exception):
+    pass
+
+
+def fail(message, code=1):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+try:
+    import duckdb
+    from deltalake import DeltaTable
+    import pyarrow  # noqa: F401  (needed by DeltaTable.to_pyarrow_table)
+except ImportError as e:
+    fail(f"{e}; install the interop test dependencies with `pip install -r {REQUIREMENTS}`", code=3)
+
+
+def open_table(root, name, version=None):
+    path = os.path.join(root, name)
+    if not os.path.isdir(os.path.join(path, "_delta_log")):
+        raise GraphError(f"table `{name}`: no Delta table at {path}")
+    try:
+        table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
+    except Exception as e:  # deltalake raises its own DeltaError family
+        at = "latest version" if version is None else f"version {version}"
+        raise GraphError(f"table `{name}`: cannot open {path} at {at}: {e}") from e
+    protocol = table.protocol()
+    if protocol.min_reader_version == 2:
+        raise GraphError(f"table `{name}` uses column mapping (reader version 2); its Parquet files cannot be read directly")
+    features = set(protocol.reader_features or [])
+    bad = features & UNSUPPORTED_READER_FEATURES
+    if bad:
+        raise GraphError(f"table `{name}` uses reader features {sorted(bad)}; its Parquet files cannot be read directly")
+    return table
+
+
+def last_completed_run(runs):
+    rows = runs.to_pyarrow_table(columns=["run_id", "run_seq", "status", "table_versions"]).to_pylist()
+    completed = [r for r in rows if r["status"] == "completed"]
+    if not completed:
+        raise GraphError(f"no completed run in `runs` ({len(rows)} rows): the graph has nothing to read yet")
+    run = max(completed, key=lambda r: r["run_seq"])
+    try:
+        versions = json.loads(run["table_versions"])
+    except (TypeError, ValueError) as e:
+        raise GraphError(f"run {run['run_id']} has unreadable table_versions {run['table_versions']!r}: {e}") from e
+    if not isinstance(versions, dict) or not all(isinstance(v, int) and v >= 0 for v in versions.values()):
+        raise GraphError(f"run {run['run_id']} has table_versions that is not an object of versions: {versions!r}")
+    return run, versions
+
+
+def scalar(con, sql):
+    """One value from DuckDB. fetchall(), not fetchone(): DuckDB 2 refuses
+    further work on a connection whose last result was not fully fetched."""
+    rows = con.execute(sql).fetchall()
+    if len(rows) != 1 or len(rows[0]) != 1:
+        raise GraphError(f"DuckDB returned {rows!r} for a single-value query: {sql}")
+    return rows[0][0]
+
+
+def duckdb_source(con, name, table):
+    """Registers a DuckDB view `name` over the table's files at its version."""
+    uris = table.file_uris()
+    if uris:
+        # A literal list keeps the view self-contained (views take no parameters).
+        files = ", ".join("'" + u.replace("'", "''") + "'" for u in uris)
+        con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet([{files}])')
+    else:
+        # No files at this version (a table no run has written yet): an empty
+        # relation with the table's columns, so queries over it still bind.
+        schema = table.to_pyarrow_table().schema
+        empty = schema.empty_table()
+        con.register(f"{name}__empty", empty)
+        con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "{name}__empty"')
+    return len(uris)
+
+
+def read_graph(root):
+    if not os.path.isdir(root):
+        raise GraphError(f"{root} is not a directory")
+    runs = open_table(root, "runs")
+    run, versions = last_completed_run(runs)
+
+    tables = {name: open_table(root, name, version) for name, version in sorted(versions.items())}
+    tables["runs"] = runs
+
+    con = duckdb.connect()
+    delta_counts = {}
+    duck_counts = {}
+    for name, table in sorted(tables.items()):
+        delta_counts[name] = table.to_pyarrow_table().num_rows
+        duckdb_source(con, name, table)
+        duck_counts[name] = scalar(con, f'SELECT count(*) FROM "{name}"')
+
+    for needed in ("nodes", "edges", "edge_type_closure"):
+        if needed not in tables:
+            raise GraphError(f"run {run['run_id']} pins no version of `{needed}` (table_versions: {versions})")
+
+    contract_nodes = scalar(con, "SELECT count(*) FROM nodes WHERE list_contains(labels, 'Contract')")
+    # Same semantics as graphloom's edge_type_matches: the type itself or any
+    # descendant of it in the closure.
+    employment_edges = scalar(
+        con,
+        """
+        SELECT count(*)
+        FROM edges AS e
+        WHERE e.relation_type = 'EMPLOYED_BY'
+           OR e.relation_type IN (
+                SELECT c.descendant FROM edge_type_closure AS c
+                WHERE c.ancestor = 'EMPLOYED_BY')
+        """,
+    )
+
+    return {
+        "deltalake": delta_counts,
+        "duckdb": duck_counts,
+        "duckdb_contract_nodes": contract_nodes,
+        "duckdb_employment_edges": employment_edges,
+    }
+
+
+def main(argv):
+    if len(argv) != 2:
+        fail(f"usage: {PROG} GRAPH_DIR", code=2)
+    try:
+        result = read_graph(argv[1])
+    except GraphError as e:
+        fail(str(e))
+    except Exception as e:  # anything unexpected from deltalake, pyarrow or duckdb
+        fail(f"{type(e).__name__}: {e}")
+    json.dump(result, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,46 @@
+//! Shared fixtures: paths into the repository and a graph loaded with the
+//! example facts.
+
+use std::path::{Path, PathBuf};
+
+use graphloom::ontology::Ontology;
+use graphloom::spec::PipelineSpec;
+use graphloom::store::GraphStore;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The example pipeline spec and its validated ontology.
+pub fn procurement() -> (PipelineSpec, Ontology) {
+    let spec = PipelineSpec::from_path(&repo().join("pipelines/procurement.toml")).expect("example spec parses");
+    let ontology = Ontology::try_from(&spec.ontology).expect("example ontology is valid");
+    (spec, ontology)
+}
+
+/// The example facts file.
+pub fn facts_file() -> PathBuf {
+    repo().join("pipelines/facts/procurement.jsonl")
+}
+
+/// The graphloom binary built for this test run.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_graphloom")
+}
+
+/// A graph under `dir` with the example facts added once.
+pub async fn procurement_graph(dir: &Path) -> GraphStore {
+    let (spec, ontology) = procurement();
+    let store = GraphStore::open(dir.to_str().expect("utf-8 temp path"), &Default::default()).expect("open graph");
+    let report = graphloom::add::add_file(
+        &store,
+        &ontology,
+        &spec.output.group_id,
+        facts_file().to_str().expect("utf-8 path"),
+    )
+    .await
+    .expect("example facts load");
+    assert!(report.failures.is_empty(), "example facts must load cleanly: {:?}", report.failures);
+    store
+}
