@@ -114,6 +114,11 @@ fn memory_store(url: &Url) -> Arc<dyn ObjectStore> {
 /// the usual environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) first;
 /// `options` override them and must be known config keys.
 pub fn store_for(url: &Url, options: &BTreeMap<String, String>) -> Result<Arc<dyn ObjectStore>> {
+    // object_store only knows `memory:///`; graphloom also accepts a host
+    // (`memory://name/`) to keep several in-memory graphs apart.
+    if url.scheme() == "memory" {
+        return Ok(memory_store(url));
+    }
     let (scheme, _) = ObjectStoreScheme::parse(url).map_err(|_| LocationError::Unsupported {
         location: url.to_string(),
     })?;
