@@ -1,6 +1,7 @@
 //! graphloom's integration tests, one binary with a module per area (a
 //! single binary keeps link time down).
 
+mod add_command;
 mod common;
 mod interop;
 mod ontology_rules;
