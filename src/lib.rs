@@ -21,7 +21,8 @@ pub mod resolve;
 pub mod spec;
 pub mod store;
 
-/// Errors of any layer, as the command line reports them.
+/// Errors of any layer, as the command line reports them. Layers with
+/// large errors are boxed so that `Result<T, Error>` stays small.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
@@ -31,11 +32,29 @@ pub enum Error {
     #[error(transparent)]
     Location(#[from] objstore::LocationError),
     #[error(transparent)]
-    Store(#[from] store::StoreError),
+    Store(Box<store::StoreError>),
     #[error(transparent)]
-    Query(#[from] query::QueryError),
+    Query(Box<query::QueryError>),
     #[error(transparent)]
-    Add(#[from] add::AddError),
+    Add(Box<add::AddError>),
+}
+
+impl From<store::StoreError> for Error {
+    fn from(e: store::StoreError) -> Self {
+        Error::Store(Box::new(e))
+    }
+}
+
+impl From<query::QueryError> for Error {
+    fn from(e: query::QueryError) -> Self {
+        Error::Query(Box::new(e))
+    }
+}
+
+impl From<add::AddError> for Error {
+    fn from(e: add::AddError) -> Self {
+        Error::Add(Box::new(e))
+    }
 }
 
 impl Error {
@@ -45,10 +64,9 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         match self {
             Error::Spec(_) | Error::Ontology(_) | Error::Location(_) => true,
-            Error::Store(store::StoreError::Location(_)) => true,
+            Error::Store(e) => matches!(**e, store::StoreError::Location(_)),
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
-            Error::Store(_) => false,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The `graphloom` command line. `main` only maps the outcome of [`run`] to
 //! an exit code: 0 ok, 1 runtime error, 2 usage or configuration error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -139,7 +139,7 @@ fn open_output(spec: &PipelineSpec, graph: Option<&str>) -> Result<GraphStore, E
         .with_lock_stale_after(Duration::from_secs(spec.output.lock_stale_after_secs)))
 }
 
-fn load_spec(path: &PathBuf) -> Result<(PipelineSpec, Ontology), Error> {
+fn load_spec(path: &Path) -> Result<(PipelineSpec, Ontology), Error> {
     let spec = PipelineSpec::from_path(path)?;
     let ontology = Ontology::try_from(&spec.ontology)?;
     Ok((spec, ontology))
@@ -259,7 +259,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
     }
 }
 
-fn ontology_check(pipeline: &PathBuf) -> Result<ExitCode, Error> {
+fn ontology_check(pipeline: &Path) -> Result<ExitCode, Error> {
     let spec = PipelineSpec::from_path(pipeline)?;
     let ontology = Ontology::try_from(&spec.ontology)?;
     out!(

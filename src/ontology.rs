@@ -40,6 +40,7 @@ pub const RESERVED_NODE_PROPERTIES: &[&str] = &[
     "updated_at",
     "rank",
     "name_embedding",
+    "origin",
     "run_id",
 ];
 
@@ -59,6 +60,7 @@ pub const RESERVED_EDGE_PROPERTIES: &[&str] = &[
     "created_at",
     "expired_at",
     "fact_embedding",
+    "origin",
     "run_id",
 ];
 
@@ -148,7 +150,8 @@ pub struct EdgeTypeSpec {
 }
 
 /// Structure of a hierarchy: each key a declared type, each value its
-/// subtypes, `{}` a leaf. Key order is kept for display.
+/// subtypes, `{}` a leaf. Subtypes are listed in the order written here;
+/// top-level types in the order they are declared.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Hierarchy(pub IndexMap<String, Hierarchy>);
@@ -218,7 +221,7 @@ pub struct TypeNode {
     pub parent: Option<String>,
     /// 1 for a top-level type, 2 for its subtypes, and so on.
     pub depth: usize,
-    /// Direct subtypes in declared order.
+    /// Direct subtypes in the order the hierarchy lists them.
     pub children: Vec<String>,
 }
 
@@ -486,7 +489,9 @@ fn check_properties(
                 ),
             });
         }
-        if reserved.contains(&p.name.as_str()) {
+        // Engines such as Spark and DuckDB resolve column names without
+        // regard to case, so `Name` would clash with `name` there.
+        if reserved.iter().any(|r| r.eq_ignore_ascii_case(&p.name)) {
             issues.push(OntologyIssue {
                 path: path.clone(),
                 message: format!(
@@ -512,7 +517,7 @@ fn check_entity_types(
     let mut out = IndexMap::new();
     for (i, t) in spec.entity_types.iter().enumerate() {
         let path = format!("ontology.entity_types[{i}] ({})", t.name);
-        if t.name == ENTITY_LABEL {
+        if t.name.eq_ignore_ascii_case(ENTITY_LABEL) {
             issues.push(OntologyIssue {
                 path: path.clone(),
                 message: format!("`{ENTITY_LABEL}` is reserved: every node already carries it"),
@@ -533,7 +538,14 @@ fn check_entity_types(
             });
         }
         check_properties(&path, &t.properties, RESERVED_NODE_PROPERTIES, issues);
+        let mut seen_ids = BTreeSet::new();
         for (j, id) in t.identity_properties.iter().enumerate() {
+            if !seen_ids.insert(id.as_str()) {
+                issues.push(OntologyIssue {
+                    path: format!("{path}.identity_properties[{j}]"),
+                    message: format!("duplicate identity property `{id}`"),
+                });
+            }
             if !t.properties.iter().any(|p| &p.name == id) {
                 issues.push(OntologyIssue {
                     path: format!("{path}.identity_properties[{j}]"),
@@ -638,12 +650,31 @@ fn build_tree(
         }
         for (name, sub) in &h.0 {
             let child_path = format!("{path}.{name}");
-            if !w.declared.contains(name.as_str()) {
+            if name.eq_ignore_ascii_case(ENTITY_LABEL) && w.kind == "entity" {
                 w.issues.push(OntologyIssue {
                     path: child_path.clone(),
                     message: format!(
-                        "`{name}` is not a declared {} type; declare it in ontology.{}_types",
-                        w.kind, w.kind
+                        "`{ENTITY_LABEL}` is built in and cannot appear in a hierarchy: every type is already an {ENTITY_LABEL}; list its subtypes as top-level types"
+                    ),
+                });
+                continue;
+            }
+            if !w.declared.contains(name.as_str()) {
+                let lost: Vec<&str> = sub.0.keys().map(String::as_str).collect();
+                w.issues.push(OntologyIssue {
+                    path: child_path.clone(),
+                    message: format!(
+                        "`{name}` is not a declared {} type; declare it in ontology.{}_types{}",
+                        w.kind,
+                        w.kind,
+                        if lost.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " (its subtypes {} are not placed until it is)",
+                                lost.join(", ")
+                            )
+                        }
                     ),
                 });
                 continue;

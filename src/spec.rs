@@ -171,7 +171,7 @@ impl PipelineSpec {
     pub fn from_toml(text: &str, path: &Path) -> Result<Self> {
         let spec: PipelineSpec = toml::from_str(text).map_err(|e| SpecError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
+            message: describe_toml_error(text, &e),
         })?;
         spec.check_values(path)?;
         Ok(spec)
@@ -208,10 +208,17 @@ impl PipelineSpec {
                 "must name an environment variable (e.g. OPENAI_API_KEY)",
             ));
         }
-        if llm.api_key_env.starts_with("sk-") {
+        // The value is never echoed: if it is a key, it must not reach a log.
+        if looks_like_secret(&llm.api_key_env) {
             return Err(bad(
                 "llm.api_key_env",
                 "looks like an API key; put the key in an environment variable and name the variable here",
+            ));
+        }
+        if !is_env_var_name(&llm.api_key_env) {
+            return Err(bad(
+                "llm.api_key_env",
+                "must be an environment variable name (letters, digits and `_`, not starting with a digit)",
             ));
         }
         if let Some(source) = &self.source
@@ -221,4 +228,38 @@ impl PipelineSpec {
         }
         Ok(())
     }
+}
+
+/// Location and message of a TOML error without the source line that the
+/// parser's own message quotes: the line could hold a secret pasted into
+/// the wrong key (`api_key = "sk-..."`).
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message.to_string(),
+    }
+}
+
+/// Prefixes of API keys of common providers.
+const SECRET_PREFIXES: &[&str] = &[
+    "sk-", "sk_", "gsk_", "xai-", "aiza", "ghp_", "hf_", "pk-", "rk-",
+];
+
+fn looks_like_secret(value: &str) -> bool {
+    let v = value.trim().to_ascii_lowercase();
+    SECRET_PREFIXES.iter().any(|p| v.starts_with(p))
+}
+
+fn is_env_var_name(value: &str) -> bool {
+    let mut chars = value.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -479,7 +479,7 @@ impl GraphStore {
 }
 
 fn version_of(delta: &DeltaTable) -> u64 {
-    delta.version().map_or(0, |v| v as u64)
+    delta.version().unwrap_or(0)
 }
 
 fn commit_props(run_id: &str, operation: &str) -> CommitProperties {

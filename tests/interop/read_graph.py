@@ -42,9 +42,23 @@ class GraphError(Exception):
     pass
 
 
+def finish(code):
+    """Exits without interpreter teardown, after flushing our output.
+
+    pyarrow and the deltalake extension both run native thread pools; at
+    interpreter exit their destructors sometimes race and the process dies
+    with SIGABRT ("terminate called without an active exception", see
+    delta-io/delta-rs#2184, apache/arrow#34314) after all the work is done.
+    os._exit skips that teardown so the exit status is ours.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def fail(message, code=1):
     print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(code)
+    finish(code)
 
 
 try:
@@ -170,6 +184,7 @@ def main(argv):
         fail(f"{type(e).__name__}: {e}")
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
+    finish(0)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ pub fn repo() -> PathBuf {
 
 /// The example pipeline spec and its validated ontology.
 pub fn procurement() -> (PipelineSpec, Ontology) {
-    let spec = PipelineSpec::from_path(&repo().join("pipelines/procurement.toml")).expect("example spec parses");
+    let spec = PipelineSpec::from_path(&repo().join("pipelines/procurement.toml"))
+        .expect("example spec parses");
     let ontology = Ontology::try_from(&spec.ontology).expect("example ontology is valid");
     (spec, ontology)
 }
@@ -32,7 +33,8 @@ pub fn bin() -> &'static str {
 /// A graph under `dir` with the example facts added once.
 pub async fn procurement_graph(dir: &Path) -> GraphStore {
     let (spec, ontology) = procurement();
-    let store = GraphStore::open(dir.to_str().expect("utf-8 temp path"), &Default::default()).expect("open graph");
+    let store = GraphStore::open(dir.to_str().expect("utf-8 temp path"), &Default::default())
+        .expect("open graph");
     let report = graphloom::add::add_file(
         &store,
         &ontology,
@@ -41,6 +43,10 @@ pub async fn procurement_graph(dir: &Path) -> GraphStore {
     )
     .await
     .expect("example facts load");
-    assert!(report.failures.is_empty(), "example facts must load cleanly: {:?}", report.failures);
+    assert!(
+        report.failures.is_empty(),
+        "example facts must load cleanly: {:?}",
+        report.failures
+    );
     store
 }

@@ -23,15 +23,21 @@ const REQUIREMENTS: &str = "tests/interop/requirements.txt";
 /// if it cannot and `GRAPHLOOM_SKIP_INTEROP=1`; panics otherwise.
 fn python_ready() -> bool {
     let probe = Command::new("python3")
-        .args(["-c", "import deltalake, duckdb, pyarrow"])
+        .args(["-c", "import os, deltalake, duckdb, pyarrow; os._exit(0)"])
         .current_dir(repo())
         .output();
     let problem = match probe {
         Ok(out) if out.status.success() => return true,
-        Ok(out) => format!(
-            "python3 cannot import deltalake, duckdb and pyarrow: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
+        Ok(out) => {
+            // The last line of the traceback, e.g. "ModuleNotFoundError: ...".
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let cause = stderr.lines().rev().find(|l| !l.trim().is_empty());
+            format!(
+                "python3 cannot import deltalake, duckdb and pyarrow ({}): {}",
+                out.status,
+                cause.unwrap_or("no message").trim()
+            )
+        }
         Err(e) => format!("cannot run python3: {e}"),
     };
     if std::env::var("GRAPHLOOM_SKIP_INTEROP").as_deref() == Ok("1") {
@@ -183,8 +189,11 @@ fn latest_rows_with_python(table_dir: &Path) -> u64 {
     let out = Command::new("python3")
         .args([
             "-c",
-            "import sys; from deltalake import DeltaTable; \
-             print(DeltaTable(sys.argv[1]).to_pyarrow_table().num_rows)",
+            // os._exit: see `finish` in read_graph.py (pyarrow/deltalake
+            // threads can abort the process at interpreter teardown).
+            "import os, sys; from deltalake import DeltaTable; \
+             print(DeltaTable(sys.argv[1]).to_pyarrow_table().num_rows, flush=True); \
+             os._exit(0)",
         ])
         .arg(table_dir)
         .output()

@@ -225,7 +225,13 @@ fn type_has_at_most_one_parent() {
     assert_issue(
         &issue,
         "ontology.entity_type_hierarchy.Contract.Invoice",
-        &["`Invoice`", "two parents", "Document", "Contract", "one parent"],
+        &[
+            "`Invoice`",
+            "two parents",
+            "Document",
+            "Contract",
+            "one parent",
+        ],
     );
 
     // Top level and under a parent is two places as well.
@@ -385,7 +391,12 @@ fn entity_type_names_are_unique() {
 
 #[test]
 fn edge_type_names_are_unique() {
-    let issue = only_issue(&format!("{}{}{}", edge("KNOWS"), edge("KNOWS"), edge("LIKES")));
+    let issue = only_issue(&format!(
+        "{}{}{}",
+        edge("KNOWS"),
+        edge("KNOWS"),
+        edge("LIKES")
+    ));
     assert_issue(
         &issue,
         "ontology.edge_types[1] (KNOWS)",
@@ -422,7 +433,10 @@ fn property_names_are_unique_within_a_type() {
             "Contract",
             "properties = [{ name = \"details\", type = \"text\" }]"
         ),
-        entity_with("MSA", "properties = [{ name = \"details\", type = \"text\" }]"),
+        entity_with(
+            "MSA",
+            "properties = [{ name = \"details\", type = \"text\" }]"
+        ),
         entity_hierarchy("Contract = { MSA = {} }"),
     ));
 }
@@ -605,9 +619,8 @@ fn edge_type_names_are_screaming_snake_case() {
 
 #[test]
 fn descriptions_must_not_be_empty() {
-    let issue = only_issue(
-        "[[ontology.entity_types]]\nname = \"Person\"\ndescription = \"  \\n\"\n",
-    );
+    let issue =
+        only_issue("[[ontology.entity_types]]\nname = \"Person\"\ndescription = \"  \\n\"\n");
     assert_issue(
         &issue,
         "ontology.entity_types[0] (Person)",
@@ -719,7 +732,11 @@ fn unknown_property_type_names_the_allowed_kinds() {
 
 #[test]
 fn llm_budgets_must_be_positive() {
-    for key in ["requests_per_minute", "tokens_per_minute", "max_concurrency"] {
+    for key in [
+        "requests_per_minute",
+        "tokens_per_minute",
+        "max_concurrency",
+    ] {
         let error = spec_error(&format!("[llm]\n{key} = 0\n"));
         match &error {
             SpecError::Value {
@@ -776,7 +793,11 @@ fn procurement_example_is_valid() {
     let row = |a: &str, d: &str, n: i32| (a.to_string(), d.to_string(), n);
     assert!(closure.contains(&row("Contract", "PurchaseOrder", 1)));
     assert!(closure.contains(&row("PurchaseOrder", "PurchaseOrder", 0)));
-    assert!(!closure.iter().any(|(a, d, _)| a == "PurchaseOrder" && d == "Contract"));
+    assert!(
+        !closure
+            .iter()
+            .any(|(a, d, _)| a == "PurchaseOrder" && d == "Contract")
+    );
     // One self row per type plus one row per parent link.
     assert_eq!(closure.len(), 7 + 3);
 
@@ -791,7 +812,11 @@ fn procurement_example_is_valid() {
     assert!(onto.entity_fits("Product", "Entity"));
 
     assert_eq!(
-        onto.edge_tree.get("CONTRACTS_FOR").unwrap().parent.as_deref(),
+        onto.edge_tree
+            .get("CONTRACTS_FOR")
+            .unwrap()
+            .parent
+            .as_deref(),
         Some("EMPLOYED_BY")
     );
     assert_eq!(
@@ -854,7 +879,10 @@ fn declared_type_missing_from_hierarchy_is_a_top_level_leaf() {
         entities(&["Contract", "PurchaseOrder", "Person"]),
         entity_hierarchy("Contract = { PurchaseOrder = {} }"),
     ));
-    let person = onto.entity_tree.get("Person").expect("Person is in the tree");
+    let person = onto
+        .entity_tree
+        .get("Person")
+        .expect("Person is in the tree");
     assert_eq!(person.parent, None);
     assert_eq!(person.depth, 1);
     assert!(person.children.is_empty());
@@ -870,4 +898,106 @@ fn declared_type_missing_from_hierarchy_is_a_top_level_leaf() {
     let onto = ontology(&format!("{}{}", entities(&["A", "B"]), edge("KNOWS")));
     assert_eq!(onto.entity_tree.top_level().count(), 2);
     assert_eq!(onto.edge_tree.get("KNOWS").unwrap().depth, 1);
+}
+
+#[test]
+fn origin_and_case_variants_of_columns_are_reserved() {
+    let issue = only_issue(&entity_with(
+        "Person",
+        r#"properties = [{ name = "origin", type = "text" }]"#,
+    ));
+    assert_mentions_issue(&issue, &["`origin` is reserved"]);
+    let issue = only_issue(&entity_with(
+        "Person",
+        r#"properties = [{ name = "Name", type = "text" }]"#,
+    ));
+    assert_mentions_issue(&issue, &["`Name` is reserved"]);
+    let issue = only_issue(&edge_with(
+        "KNOWS",
+        r#"properties = [{ name = "origin", type = "text" }]"#,
+    ));
+    assert_mentions_issue(&issue, &["`origin` is reserved"]);
+    let issue = only_issue(&entity("ENTITY"));
+    assert_mentions_issue(&issue, &["reserved"]);
+}
+
+fn assert_mentions_issue(issue: &OntologyIssue, words: &[&str]) {
+    for word in words {
+        assert!(
+            issue.message.contains(word),
+            "{issue} should mention {word:?}"
+        );
+    }
+}
+
+#[test]
+fn entity_as_a_hierarchy_root_gets_its_own_message() {
+    let body = format!(
+        "{}{}",
+        entity("Person"),
+        entity_hierarchy("Entity = { Person = {} }")
+    );
+    let issue = only_issue(&body);
+    assert_issue(
+        &issue,
+        "ontology.entity_type_hierarchy.Entity",
+        &["built in", "cannot appear in a hierarchy"],
+    );
+}
+
+#[test]
+fn an_undeclared_key_names_the_subtypes_it_leaves_unplaced() {
+    let body = format!(
+        "{}{}{}",
+        entity("A"),
+        entity("B"),
+        entity_hierarchy("Ghost = { A = { B = {} } }")
+    );
+    let issue = only_issue(&body);
+    assert_issue(
+        &issue,
+        "ontology.entity_type_hierarchy.Ghost",
+        &[
+            "not a declared entity type",
+            "its subtypes A are not placed",
+        ],
+    );
+}
+
+#[test]
+fn identity_properties_are_listed_once() {
+    let issue = only_issue(&entity_with(
+        "Person",
+        "properties = [{ name = \"email\", type = \"text\" }]\nidentity_properties = [\"email\", \"email\"]",
+    ));
+    assert_issue(
+        &issue,
+        "ontology.entity_types[0] (Person).identity_properties[1]",
+        &["duplicate identity property `email`"],
+    );
+}
+
+#[test]
+fn a_key_pasted_into_the_wrong_field_is_not_echoed() {
+    let secret = "sk-proj-SECRET123";
+    let err = spec_error(&format!("[llm]\napi_key = \"{secret}\"\n"));
+    let shown = format!("{err} {err:?}");
+    assert!(
+        shown.contains("api_key"),
+        "the unknown key is named: {shown}"
+    );
+    assert!(
+        shown.contains("line ") && shown.contains("column 1"),
+        "the position is given: {shown}"
+    );
+    assert!(
+        !shown.contains(secret),
+        "the value must not be echoed: {shown}"
+    );
+    for value in [" sk-proj-SECRET", "gsk_abcdef", "not a name!"] {
+        let err = spec_error(&format!("[llm]\napi_key_env = \"{value}\"\n"));
+        let shown = format!("{err} {err:?}");
+        assert!(shown.contains("llm.api_key_env"), "{shown}");
+        assert!(!shown.contains(value.trim()), "value echoed: {shown}");
+    }
 }

@@ -46,10 +46,16 @@ impl sqllogictest::AsyncDB for GraphDb {
             .fields()
             .iter()
             .map(|f| match f.data_type() {
-                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => DefaultColumnType::Integer,
-                DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => DefaultColumnType::Integer,
+                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+                    DefaultColumnType::Integer
+                }
+                DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+                    DefaultColumnType::Integer
+                }
                 DataType::Float32 | DataType::Float64 => DefaultColumnType::FloatingPoint,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DefaultColumnType::Text,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                    DefaultColumnType::Text
+                }
                 _ => DefaultColumnType::Any,
             })
             .collect();
@@ -68,7 +74,11 @@ impl sqllogictest::AsyncDB for GraphDb {
                         .iter()
                         .map(|f| {
                             let v = f.value(row).to_string();
-                            if v.is_empty() { "(empty)".to_string() } else { v }
+                            if v.is_empty() {
+                                "(empty)".to_string()
+                            } else {
+                                v
+                            }
                         })
                         .collect(),
                 );
@@ -104,7 +114,10 @@ async fn sql_logic_tests_pass_on_the_example_facts() {
     let store = common::procurement_graph(dir.path()).await;
     let session = Arc::new(GraphSession::open(&store).await.expect("open session"));
     let files = slt_files();
-    assert!(files.len() >= 3, "expected the slt files under tests/slt, found {files:?}");
+    assert!(
+        files.len() >= 3,
+        "expected the slt files under tests/slt, found {files:?}"
+    );
     let complete = std::env::var("GRAPHLOOM_SLT_COMPLETE").is_ok_and(|v| v == "1");
     let mut failures = Vec::new();
     for file in &files {
