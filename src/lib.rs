@@ -14,6 +14,7 @@
 //! [`objstore`] is shared plumbing: URLs and object store clients.
 
 pub mod add;
+pub mod llm;
 pub mod objstore;
 pub mod ontology;
 pub mod query;

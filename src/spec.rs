@@ -112,19 +112,82 @@ fn default_lock_stale_after_secs() -> u64 {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmSpec {
-    /// Base URL up to and including `/v1`.
+    /// Base URL up to and including `/v1` (for Azure: up to the deployment,
+    /// `https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT`).
     pub base_url: String,
     /// Model (or deployment) name sent with each request.
     pub model: String,
     /// Name of the environment variable that holds the API key; the key
-    /// itself never appears in a spec.
+    /// itself never appears in a spec. An unset or empty variable sends no
+    /// key (local servers need none).
     pub api_key_env: String,
+    /// `openai` (Bearer key, `/chat/completions`) or `azure` (`api-key`
+    /// header and `api-version` query parameter).
+    pub api_style: ApiStyle,
+    /// Azure OpenAI `api-version`; required when `api_style = "azure"`.
+    pub azure_api_version: Option<String>,
     /// Request budget per minute shared by every stage of a run.
     pub requests_per_minute: u32,
     /// Token budget (prompt + completion) per minute shared by every stage.
     pub tokens_per_minute: u32,
+    /// Requests that may go at once; default 5% of requests_per_minute.
+    pub request_burst: Option<u32>,
+    /// Tokens that may go at once; default 5% of tokens_per_minute. A single
+    /// call larger than this is an error.
+    pub token_burst: Option<u32>,
     /// Calls in flight at once.
     pub max_concurrency: u32,
+    /// How replies are constrained to JSON: `json_schema` (strict schema),
+    /// `json_object`, or `prompt` (schema in the prompt only). A server that
+    /// rejects the chosen `response_format` is retried one level down.
+    pub structured_output: StructuredOutput,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Time budget of one HTTP attempt, in seconds.
+    pub timeout_secs: u64,
+    /// Attempts per call in total (1 = no retries).
+    pub max_attempts: u32,
+    /// Ceiling of the first backoff, in milliseconds; doubles per attempt.
+    pub backoff_initial_ms: u64,
+    /// Largest backoff between attempts, in milliseconds.
+    pub backoff_max_ms: u64,
+    /// Whether replies are cached (content-addressed) and reused.
+    pub cache: bool,
+    /// Where the cache lives; default `<output.graph>/_cache/llm/`.
+    pub cache_url: Option<String>,
+    /// Price in USD per million prompt tokens, for `runs.cost_usd`.
+    pub price_per_1m_prompt_tokens: Option<f64>,
+    /// Price in USD per million completion tokens.
+    pub price_per_1m_completion_tokens: Option<f64>,
+    /// Model for `/embeddings`; default: `model`.
+    pub embedding_model: Option<String>,
+    /// Extra fields merged into every chat request body, e.g.
+    /// `{ cache_prompt = false }` for llama.cpp, `{ seed = 7 }`.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Wire conventions of the endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiStyle {
+    /// OpenAI, vLLM, Ollama, llama.cpp's server and most others.
+    #[default]
+    Openai,
+    /// Azure OpenAI.
+    Azure,
+}
+
+/// How replies are constrained to JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// `response_format: {type: json_schema, strict: true}`.
+    #[default]
+    JsonSchema,
+    /// `response_format: {type: json_object}` plus the schema in the prompt.
+    JsonObject,
+    /// The schema in the prompt only.
+    Prompt,
 }
 
 impl Default for LlmSpec {
@@ -133,25 +196,50 @@ impl Default for LlmSpec {
             base_url: "http://127.0.0.1:8093/v1".to_string(),
             model: "local-llm".to_string(),
             api_key_env: "OPENAI_API_KEY".to_string(),
+            api_style: ApiStyle::Openai,
+            azure_api_version: None,
             requests_per_minute: 600,
             tokens_per_minute: 1_000_000,
+            request_burst: None,
+            token_burst: None,
             max_concurrency: 8,
+            structured_output: StructuredOutput::JsonSchema,
+            temperature: 0.0,
+            timeout_secs: 120,
+            max_attempts: 6,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 60_000,
+            cache: true,
+            cache_url: None,
+            price_per_1m_prompt_tokens: None,
+            price_per_1m_completion_tokens: None,
+            embedding_model: None,
+            extra_body: serde_json::Map::new(),
         }
     }
 }
 
 impl std::fmt::Debug for LlmSpec {
     // Spelled out so that a future key holding a secret cannot slip into
-    // `{:?}` output by accident: only names and numbers are printed.
+    // `{:?}` output by accident: only names and numbers are printed, and
+    // extra_body only by its keys.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmSpec")
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
+            .field("api_style", &self.api_style)
             .field("requests_per_minute", &self.requests_per_minute)
             .field("tokens_per_minute", &self.tokens_per_minute)
             .field("max_concurrency", &self.max_concurrency)
-            .finish()
+            .field("structured_output", &self.structured_output)
+            .field("max_attempts", &self.max_attempts)
+            .field("cache", &self.cache)
+            .field(
+                "extra_body_keys",
+                &self.extra_body.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
     }
 }
 
@@ -197,6 +285,13 @@ impl PipelineSpec {
             ("llm.requests_per_minute", llm.requests_per_minute),
             ("llm.tokens_per_minute", llm.tokens_per_minute),
             ("llm.max_concurrency", llm.max_concurrency),
+            ("llm.max_attempts", llm.max_attempts),
+            (
+                "llm.timeout_secs",
+                llm.timeout_secs.min(u32::MAX as u64) as u32,
+            ),
+            ("llm.request_burst", llm.request_burst.unwrap_or(1)),
+            ("llm.token_burst", llm.token_burst.unwrap_or(1)),
         ] {
             if value == 0 {
                 return Err(bad(key, "must be at least 1"));
@@ -220,6 +315,52 @@ impl PipelineSpec {
                 "llm.api_key_env",
                 "must be an environment variable name (letters, digits and `_`, not starting with a digit)",
             ));
+        }
+        if llm.request_burst.unwrap_or(0) > llm.requests_per_minute {
+            return Err(bad(
+                "llm.request_burst",
+                "must not exceed llm.requests_per_minute",
+            ));
+        }
+        if llm.token_burst.unwrap_or(0) > llm.tokens_per_minute {
+            return Err(bad(
+                "llm.token_burst",
+                "must not exceed llm.tokens_per_minute",
+            ));
+        }
+        if llm.api_style == ApiStyle::Azure
+            && llm.azure_api_version.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(bad(
+                "llm.azure_api_version",
+                "is required when llm.api_style = \"azure\" (e.g. \"2024-10-21\")",
+            ));
+        }
+        if !(0.0..=2.0).contains(&llm.temperature) {
+            return Err(bad("llm.temperature", "must be between 0 and 2"));
+        }
+        if llm.backoff_initial_ms > llm.backoff_max_ms {
+            return Err(bad(
+                "llm.backoff_initial_ms",
+                "must not exceed llm.backoff_max_ms",
+            ));
+        }
+        for (key, price) in [
+            (
+                "llm.price_per_1m_prompt_tokens",
+                llm.price_per_1m_prompt_tokens,
+            ),
+            (
+                "llm.price_per_1m_completion_tokens",
+                llm.price_per_1m_completion_tokens,
+            ),
+        ] {
+            if price.is_some_and(|p| !p.is_finite() || p < 0.0) {
+                return Err(bad(key, "must be a non-negative number"));
+            }
+        }
+        if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
+            return Err(bad("llm.base_url", "must be an http:// or https:// URL"));
         }
         if let Some(source) = &self.source
             && source.url.trim().is_empty()

@@ -156,7 +156,10 @@ pub struct LlmCallRow {
     pub item: Option<String>,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
+    /// Time spent in HTTP exchanges.
     pub latency_ms: i64,
+    /// Time spent waiting for the budget, a free slot or a backoff.
+    pub wait_ms: i64,
     pub attempts: i64,
     pub cache_hit: bool,
     pub status: String,

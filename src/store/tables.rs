@@ -194,6 +194,7 @@ impl Table {
                 int("prompt_tokens"),
                 int("completion_tokens"),
                 int("latency_ms"),
+                int("wait_ms"),
                 int("attempts"),
                 Field::new("cache_hit", DataType::Boolean, false),
                 text("status"),

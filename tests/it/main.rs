@@ -4,6 +4,8 @@
 mod add_command;
 mod common;
 mod interop;
+mod llm_client;
+mod llm_test_server;
 mod ontology_rules;
 mod slt;
 mod store_protocol;

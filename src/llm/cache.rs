@@ -1,0 +1,118 @@
+//! The content-addressed response cache. A key is the hash of everything
+//! that decides a reply (model, messages, schema, sampling parameters,
+//! prompt version); the value is the reply text and its usage. Entries are
+//! objects under the cache URL (default `<graph>/_cache/llm/`), one per key,
+//! written with a single put: object stores make a put visible whole or not
+//! at all (the local store writes a temporary file and renames it), so a
+//! killed run cannot leave a torn entry. An unreadable entry counts as a
+//! miss and is overwritten.
+
+use std::sync::Arc;
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+
+/// How a run uses the cache (`--no-cache`, `--refresh-cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Read hits, write misses.
+    #[default]
+    ReadWrite,
+    /// Ignore existing entries, write fresh ones.
+    Refresh,
+    /// Neither read nor write.
+    Off,
+}
+
+/// A cached reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedReply {
+    /// What the model answered (chat) or the vectors (embeddings), as JSON.
+    pub content: serde_json::Value,
+    /// Prompt tokens the original call used.
+    pub prompt_tokens: u64,
+    /// Completion tokens the original call used.
+    pub completion_tokens: u64,
+    /// Model that answered.
+    pub model: String,
+}
+
+/// The cache: a prefix in an object store.
+#[derive(Clone)]
+pub struct ResponseCache {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    mode: CacheMode,
+}
+
+impl std::fmt::Debug for ResponseCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseCache")
+            .field("prefix", &self.prefix.as_ref())
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+/// Hashes the parts of a request that decide its reply.
+pub fn cache_key(parts: &serde_json::Value) -> String {
+    blake3::hash(parts.to_string().as_bytes())
+        .to_hex()
+        .to_string()
+}
+
+impl ResponseCache {
+    /// A cache under `prefix` of `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, mode: CacheMode) -> Self {
+        ResponseCache {
+            store,
+            prefix,
+            mode,
+        }
+    }
+
+    /// The mode in effect.
+    pub fn mode(&self) -> CacheMode {
+        self.mode
+    }
+
+    fn path(&self, key: &str) -> Path {
+        let shard = &key[..2.min(key.len())];
+        self.prefix.clone().join(shard).join(format!("{key}.json"))
+    }
+
+    /// The entry for `key`, if reading is on and a readable entry exists.
+    pub async fn get(&self, key: &str) -> Option<CachedReply> {
+        if self.mode != CacheMode::ReadWrite {
+            return None;
+        }
+        let got = self.store.get(&self.path(key)).await.ok()?;
+        let bytes = got.bytes().await.ok()?;
+        match serde_json::from_slice(&bytes) {
+            Ok(entry) => Some(entry),
+            Err(e) => {
+                tracing::warn!("ignoring unreadable cache entry {key}: {e}");
+                None
+            }
+        }
+    }
+
+    /// Stores an entry (unless the cache is off). A failed write only logs:
+    /// the reply is still good.
+    pub async fn put(&self, key: &str, entry: &CachedReply) {
+        if self.mode == CacheMode::Off {
+            return;
+        }
+        let Ok(bytes) = serde_json::to_vec(entry) else {
+            return;
+        };
+        if let Err(e) = self
+            .store
+            .put(&self.path(key), PutPayload::from(bytes))
+            .await
+        {
+            tracing::warn!("cannot write cache entry {key}: {e}");
+        }
+    }
+}

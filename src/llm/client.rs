@@ -1,0 +1,1072 @@
+//! The OpenAI-compatible client: chat completions with structured output,
+//! embeddings, the shared limiter, retries, the response cache and one
+//! accounting row per call.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use chrono::Utc;
+use rand::SeedableRng;
+use reqwest::header::{HeaderMap, HeaderValue};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::cache::{CachedReply, ResponseCache, cache_key};
+use super::limiter::{BudgetConfig, LimitError, Limiter};
+use super::reply;
+use super::retry::{RetryPolicy, Verdict, classify, parse_retry_after};
+use crate::spec::{ApiStyle, LlmSpec, StructuredOutput};
+use crate::store::rows::LlmCallRow;
+
+/// Errors of the LLM layer. Messages never contain the API key.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The call does not fit the budget (larger than the burst).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The provider refused the request for a reason retrying cannot fix.
+    #[error("{stage}: the model server answered HTTP {status}: {message}")]
+    Refused {
+        stage: String,
+        status: u16,
+        message: String,
+    },
+    /// Every attempt failed with a transient error.
+    #[error("{stage}: gave up after {attempts} attempts; last error: {last}")]
+    Exhausted {
+        stage: String,
+        attempts: u32,
+        last: String,
+    },
+    /// The reply did not match the schema, also after one repair attempt.
+    #[error(
+        "{stage}: the reply does not match the expected JSON ({reason}); reply starts: {excerpt}"
+    )]
+    InvalidReply {
+        stage: String,
+        reason: String,
+        excerpt: String,
+    },
+    /// The reply was cut at `max_tokens`.
+    #[error("{stage}: the reply was cut at max_tokens = {max_tokens}; reply starts: {excerpt}")]
+    Truncated {
+        stage: String,
+        max_tokens: u32,
+        excerpt: String,
+    },
+    /// The client could not be built.
+    #[error("cannot set up the LLM client: {0}")]
+    Setup(String),
+}
+
+impl LlmError {
+    /// Short class for `llm_calls.error` and `failures`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            LlmError::Limit(_) => "too_large",
+            LlmError::Refused { .. } => "refused",
+            LlmError::Exhausted { .. } => "exhausted",
+            LlmError::InvalidReply { .. } => "invalid_reply",
+            LlmError::Truncated { .. } => "truncated",
+            LlmError::Setup(_) => "setup",
+        }
+    }
+}
+
+/// The API key. Its `Debug` never shows it; it is sent only as a header
+/// marked sensitive.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Reads the key from the environment variable `name`; `None` when it is
+    /// unset or empty (local servers need no key).
+    pub fn from_env(name: &str) -> Option<ApiKey> {
+        std::env::var(name)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .map(|k| ApiKey(k.trim().to_string()))
+    }
+
+    /// Wraps a key given directly.
+    pub fn new(key: impl Into<String>) -> ApiKey {
+        ApiKey(key.into())
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(redacted)")
+    }
+}
+
+/// A chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Message {
+            role: "system".into(),
+            content: content.into(),
+        }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message {
+            role: "user".into(),
+            content: content.into(),
+        }
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message {
+            role: "assistant".into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// One structured call.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// Stage name for accounting (`extract_entities`, `classify`, …).
+    pub stage: String,
+    /// What the call is about (an episode id), for accounting.
+    pub item: Option<String>,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Bound on the reply, sized to its schema.
+    pub max_tokens: u32,
+    /// Version of the prompt; part of the cache key, so changing a prompt
+    /// invalidates its cached replies.
+    pub prompt_version: String,
+}
+
+/// Token counts of a call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+}
+
+/// A parsed reply.
+#[derive(Debug, Clone)]
+pub struct ChatReply<T> {
+    /// The value.
+    pub value: T,
+    /// Tokens of the call (of the original call for a cache hit).
+    pub usage: Usage,
+    /// Whether the cache answered.
+    pub cache_hit: bool,
+    /// HTTP attempts made (0 for a cache hit).
+    pub attempts: u32,
+}
+
+/// Totals over the calls of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LlmTotals {
+    /// Calls, hits included.
+    pub calls: u64,
+    /// Calls answered by the cache.
+    pub cache_hits: u64,
+    /// Prompt tokens sent (hits excluded: they cost nothing).
+    pub prompt_tokens: u64,
+    /// Completion tokens received (hits excluded).
+    pub completion_tokens: u64,
+    /// Cost in USD when prices are configured.
+    pub cost_usd: Option<f64>,
+}
+
+/// Estimates the prompt tokens of messages before sending: one token per
+/// three characters plus a few per message, on the high side of real
+/// tokenizers so that reservations rarely fall short.
+pub fn estimate_tokens(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .map(|m| (m.content.chars().count() as u64).div_ceil(3) + 4)
+        .sum::<u64>()
+        + 3
+}
+
+#[derive(Debug)]
+struct Settings {
+    base_url: String,
+    model: String,
+    embedding_model: String,
+    api_style: ApiStyle,
+    azure_api_version: Option<String>,
+    temperature: f64,
+    timeout: Duration,
+    retry: RetryPolicy,
+    extra_body: serde_json::Map<String, Value>,
+    price_prompt: Option<f64>,
+    price_completion: Option<f64>,
+}
+
+/// The client of one run. Share it (it is `Sync`): every stage must go
+/// through the same limiter.
+pub struct LlmClient {
+    http: reqwest::Client,
+    settings: Settings,
+    key: Option<ApiKey>,
+    limiter: Limiter,
+    in_flight: Semaphore,
+    cache: Option<ResponseCache>,
+    /// Structured-output level in use; only ever moves down.
+    mode: AtomicU8,
+    run_id: String,
+    calls: Mutex<Vec<LlmCallRow>>,
+    rng: Mutex<rand::rngs::StdRng>,
+}
+
+impl std::fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmClient")
+            .field("settings", &self.settings)
+            .field("key", &self.key)
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+fn mode_level(m: StructuredOutput) -> u8 {
+    match m {
+        StructuredOutput::JsonSchema => 0,
+        StructuredOutput::JsonObject => 1,
+        StructuredOutput::Prompt => 2,
+    }
+}
+
+/// What one HTTP exchange produced.
+struct Exchange {
+    body: Value,
+    attempts: u32,
+    http_time: Duration,
+    wait_time: Duration,
+}
+
+/// Why an exchange failed, with the counts spent on it.
+struct ExchangeError {
+    error: LlmError,
+    attempts: u32,
+    http_time: Duration,
+    wait_time: Duration,
+}
+
+impl LlmClient {
+    /// Builds the client of a run from the spec. The key is read from the
+    /// environment variable the spec names.
+    pub fn new(
+        spec: &LlmSpec,
+        cache: Option<ResponseCache>,
+        run_id: &str,
+    ) -> Result<Self, LlmError> {
+        Self::with_key(spec, ApiKey::from_env(&spec.api_key_env), cache, run_id)
+    }
+
+    /// Builds the client with an explicit key.
+    pub fn with_key(
+        spec: &LlmSpec,
+        key: Option<ApiKey>,
+        cache: Option<ResponseCache>,
+        run_id: &str,
+    ) -> Result<Self, LlmError> {
+        let requests = match spec.request_burst {
+            Some(b) => BudgetConfig {
+                per_minute: spec.requests_per_minute as u64,
+                burst: b as u64,
+            },
+            None => BudgetConfig::with_default_burst(spec.requests_per_minute as u64),
+        };
+        let tokens = match spec.token_burst {
+            Some(b) => BudgetConfig {
+                per_minute: spec.tokens_per_minute as u64,
+                burst: b as u64,
+            },
+            None => BudgetConfig::with_default_burst(spec.tokens_per_minute as u64),
+        };
+        let limiter = Limiter::new(requests, tokens)?;
+        let mut headers = HeaderMap::new();
+        if let Some(ApiKey(k)) = &key {
+            let (name, value) = match spec.api_style {
+                ApiStyle::Openai => ("authorization", format!("Bearer {k}")),
+                ApiStyle::Azure => ("api-key", k.clone()),
+            };
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                LlmError::Setup("the API key holds characters not allowed in a header".into())
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .pool_max_idle_per_host(spec.max_concurrency as usize)
+            .build()
+            .map_err(|e| LlmError::Setup(e.without_url().to_string()))?;
+        Ok(LlmClient {
+            http,
+            settings: Settings {
+                base_url: spec.base_url.trim_end_matches('/').to_string(),
+                model: spec.model.clone(),
+                embedding_model: spec
+                    .embedding_model
+                    .clone()
+                    .unwrap_or_else(|| spec.model.clone()),
+                api_style: spec.api_style,
+                azure_api_version: spec.azure_api_version.clone(),
+                temperature: spec.temperature,
+                timeout: Duration::from_secs(spec.timeout_secs),
+                retry: RetryPolicy {
+                    max_attempts: spec.max_attempts,
+                    initial: Duration::from_millis(spec.backoff_initial_ms),
+                    max: Duration::from_millis(spec.backoff_max_ms),
+                },
+                extra_body: spec.extra_body.clone(),
+                price_prompt: spec.price_per_1m_prompt_tokens,
+                price_completion: spec.price_per_1m_completion_tokens,
+            },
+            key,
+            limiter,
+            in_flight: Semaphore::new(spec.max_concurrency.max(1) as usize),
+            cache,
+            mode: AtomicU8::new(mode_level(spec.structured_output)),
+            run_id: run_id.to_string(),
+            calls: Mutex::new(Vec::new()),
+            rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
+        })
+    }
+
+    /// The model name calls are sent with.
+    pub fn model(&self) -> &str {
+        &self.settings.model
+    }
+
+    fn url(&self, endpoint: &str) -> String {
+        match (self.settings.api_style, &self.settings.azure_api_version) {
+            (ApiStyle::Azure, Some(v)) => {
+                format!("{}/{endpoint}?api-version={v}", self.settings.base_url)
+            }
+            _ => format!("{}/{endpoint}", self.settings.base_url),
+        }
+    }
+
+    /// Removes the key (and anything shaped like an OpenAI key) from text
+    /// that came back from the server before it is stored or shown.
+    fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        if let Some(ApiKey(k)) = &self.key
+            && k.len() >= 4
+        {
+            out = out.replace(k.as_str(), "[redacted]");
+        }
+        out.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+            .map(|w| {
+                if w.trim_start_matches(['"', '\'']).starts_with("sk-") {
+                    let tail: String = w
+                        .chars()
+                        .filter(|c| c.is_whitespace() || *c == '"' || *c == '\'')
+                        .collect();
+                    format!("[redacted]{tail}")
+                } else {
+                    w.to_string()
+                }
+            })
+            .collect()
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        self.settings.retry.backoff(attempt, &mut *rng)
+    }
+
+    /// Posts `body` to `endpoint` under the limiter with retries; returns
+    /// the parsed JSON of the first 200 reply.
+    ///
+    /// `level` is the structured-output level the body was built for (chat
+    /// calls only); a 400 that blames the response format moves the client
+    /// one level down and returns at once so the caller can rebuild the body.
+    async fn exchange(
+        &self,
+        stage: &str,
+        endpoint: &str,
+        body: &Value,
+        est_tokens: u64,
+        level: Option<u8>,
+    ) -> Result<Exchange, ExchangeError> {
+        let mut attempts = 0;
+        let mut http_time = Duration::ZERO;
+        let mut wait_time = Duration::ZERO;
+        let mut last = String::new();
+        let fail = |error, attempts, http_time, wait_time| ExchangeError {
+            error,
+            attempts,
+            http_time,
+            wait_time,
+        };
+        let url = self.url(endpoint);
+        while attempts < self.settings.retry.max_attempts {
+            attempts += 1;
+            let waited = Instant::now();
+            let permit = self.in_flight.acquire().await.map_err(|_| {
+                fail(
+                    LlmError::Setup("client closed".into()),
+                    attempts,
+                    http_time,
+                    wait_time,
+                )
+            })?;
+            let reservation = match self.limiter.acquire(est_tokens).await {
+                Ok(r) => r,
+                Err(e) => return Err(fail(e.into(), attempts, http_time, wait_time)),
+            };
+            wait_time += waited.elapsed();
+            let started = Instant::now();
+            let sent = self
+                .http
+                .post(&url)
+                .timeout(self.settings.timeout)
+                .json(body)
+                .send()
+                .await;
+            let outcome = match sent {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let header = |name: &str| {
+                        resp.headers()
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string)
+                    };
+                    let retry_after = parse_retry_after(
+                        header("retry-after").as_deref(),
+                        header("retry-after-ms").as_deref(),
+                    );
+                    match resp.bytes().await {
+                        Ok(bytes) => Ok((status, bytes, retry_after)),
+                        Err(e) => Err(format!("reading the reply failed: {}", e.without_url())),
+                    }
+                }
+                Err(e) if e.is_timeout() => Err(format!(
+                    "no reply within {}s",
+                    self.settings.timeout.as_secs()
+                )),
+                Err(e) => Err(format!("request failed: {}", error_chain(&e.without_url()))),
+            };
+            http_time += started.elapsed();
+            drop(permit);
+            let retry_after = match outcome {
+                Ok((200, bytes, _)) => {
+                    let parsed: Result<Value, _> = if bytes.len() > 256 * 1024 {
+                        // Large replies are parsed off the I/O threads.
+                        tokio::task::spawn_blocking(move || serde_json::from_slice(&bytes))
+                            .await
+                            .unwrap_or_else(|e| Err(serde::de::Error::custom(e.to_string())))
+                    } else {
+                        serde_json::from_slice(&bytes)
+                    };
+                    match parsed {
+                        Ok(value) => {
+                            let used = value["usage"]["total_tokens"]
+                                .as_u64()
+                                .or_else(|| {
+                                    let p = value["usage"]["prompt_tokens"].as_u64()?;
+                                    Some(
+                                        p + value["usage"]["completion_tokens"]
+                                            .as_u64()
+                                            .unwrap_or(0),
+                                    )
+                                })
+                                .unwrap_or(reservation.tokens);
+                            self.limiter.settle(&reservation, used);
+                            return Ok(Exchange {
+                                body: value,
+                                attempts,
+                                http_time,
+                                wait_time,
+                            });
+                        }
+                        Err(e) => {
+                            // The server did the work; charge the whole reservation.
+                            last = format!("the reply body is not JSON: {e}");
+                            None
+                        }
+                    }
+                }
+                Ok((status, bytes, retry_after)) => {
+                    self.limiter.settle(&reservation, 0);
+                    let text = self.redact(&String::from_utf8_lossy(&bytes));
+                    let message = error_message(&text);
+                    if status == 400 && level.is_some_and(|l| self.downgrade_for(&text, l)) {
+                        // Not a transient failure: the next attempt uses a
+                        // format the server accepts, at once.
+                        attempts -= 1;
+                        return Err(fail(
+                            LlmError::Refused {
+                                stage: stage.to_string(),
+                                status: 400,
+                                message: format!(
+                                    "{message} (retrying with a simpler structured-output mode)"
+                                ),
+                            },
+                            attempts,
+                            http_time,
+                            wait_time,
+                        ));
+                    }
+                    match classify(status, &text, retry_after) {
+                        Verdict::Fatal => {
+                            return Err(fail(
+                                LlmError::Refused {
+                                    stage: stage.to_string(),
+                                    status,
+                                    message,
+                                },
+                                attempts,
+                                http_time,
+                                wait_time,
+                            ));
+                        }
+                        Verdict::Retry { retry_after } => {
+                            last = format!("HTTP {status}: {message}");
+                            retry_after
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The server may or may not have done the work: keep the
+                    // reservation, the conservative choice.
+                    last = e;
+                    None
+                }
+            };
+            if attempts < self.settings.retry.max_attempts {
+                let wait = match retry_after {
+                    Some(w) if w > super::retry::MAX_RETRY_AFTER => {
+                        return Err(fail(
+                            LlmError::Exhausted {
+                                stage: stage.to_string(),
+                                attempts,
+                                last: format!(
+                                    "{last}; the server asked to wait {}s, longer than graphloom waits",
+                                    w.as_secs()
+                                ),
+                            },
+                            attempts,
+                            http_time,
+                            wait_time,
+                        ));
+                    }
+                    Some(w) => w,
+                    None => self.backoff(attempts),
+                };
+                tracing::debug!(
+                    "{stage}: attempt {attempts} failed ({last}); retrying in {wait:?}"
+                );
+                tokio::time::sleep(wait).await;
+                wait_time += wait;
+            }
+        }
+        Err(fail(
+            LlmError::Exhausted {
+                stage: stage.to_string(),
+                attempts,
+                last,
+            },
+            attempts,
+            http_time,
+            wait_time,
+        ))
+    }
+
+    /// Moves structured output one level down when a 400 blames the
+    /// response format. Returns whether it did.
+    fn downgrade_for(&self, body: &str, used: u8) -> bool {
+        let lower = body.to_ascii_lowercase();
+        if !(lower.contains("response_format") || lower.contains("json_schema")) || used >= 2 {
+            return false;
+        }
+        // Several calls may be refused at once; only the first moves the
+        // level, the others just retry at the level now in effect.
+        let moved = self
+            .mode
+            .compare_exchange(used, used + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        let current = used;
+        if moved {
+            tracing::warn!(
+                "the model server rejected response_format; using {} from now on",
+                if current + 1 == 1 {
+                    "json_object"
+                } else {
+                    "schema-in-prompt"
+                }
+            );
+        }
+        true
+    }
+
+    fn chat_body(&self, messages: &[Message], schema: &Value, max_tokens: u32, level: u8) -> Value {
+        let mut messages = messages.to_vec();
+        if level > 0 {
+            // Without a schema-constrained decoder the schema goes into the
+            // prompt (json_object mode also needs the word JSON there).
+            let instruction = format!(
+                "Reply with only one JSON value that matches this JSON Schema, and nothing else:\n{schema}"
+            );
+            match messages.iter_mut().find(|m| m.role == "system") {
+                Some(system) => {
+                    system.content.push_str("\n\n");
+                    system.content.push_str(&instruction);
+                }
+                None => messages.insert(0, Message::system(instruction)),
+            }
+        }
+        let mut body = json!({
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "max_tokens": max_tokens,
+        });
+        match level {
+            0 => {
+                body["response_format"] = json!({
+                    "type": "json_schema",
+                    "json_schema": {"name": "reply", "strict": true, "schema": schema},
+                });
+            }
+            1 => body["response_format"] = json!({"type": "json_object"}),
+            _ => {}
+        }
+        if let Value::Object(map) = &mut body {
+            for (k, v) in &self.settings.extra_body {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        body
+    }
+
+    fn record(&self, row: LlmCallRow) {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(row);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &self,
+        stage: &str,
+        model: &str,
+        item: Option<&String>,
+        usage: Usage,
+        attempts: u32,
+        cache_hit: bool,
+        http_time: Duration,
+        wait_time: Duration,
+        error: Option<&LlmError>,
+    ) -> LlmCallRow {
+        LlmCallRow {
+            call_id: uuid::Uuid::now_v7().to_string(),
+            run_id: self.run_id.clone(),
+            stage: stage.to_string(),
+            model: model.to_string(),
+            item: item.cloned(),
+            prompt_tokens: usage.prompt_tokens as i64,
+            completion_tokens: usage.completion_tokens as i64,
+            latency_ms: http_time.as_millis() as i64,
+            wait_ms: wait_time.as_millis() as i64,
+            attempts: attempts as i64,
+            cache_hit,
+            status: match error {
+                None => "ok".to_string(),
+                Some(_) => "error".to_string(),
+            },
+            error: error.map(|e| format!("{}: {}", e.class(), self.redact(&e.to_string()))),
+            created_at: Utc::now(),
+        }
+    }
+
+    /// Sends a chat request whose reply must be JSON of type `T`. A reply
+    /// that does not parse is sent back once with the parse error; a reply
+    /// cut at `max_tokens` fails at once. Every call, hit or miss, success
+    /// or failure, becomes one `llm_calls` row.
+    pub async fn chat_json<T>(&self, req: ChatRequest) -> Result<ChatReply<T>, LlmError>
+    where
+        T: DeserializeOwned + JsonSchema,
+    {
+        let schema = reply::schema_for::<T>();
+        let mut level = self.mode.load(Ordering::SeqCst);
+        let key_for = |level: u8| {
+            cache_key(&json!({
+                "kind": "chat",
+                "model": self.settings.model,
+                "messages": req.messages,
+                "schema": schema,
+                "level": level,
+                "temperature": self.settings.temperature,
+                "max_tokens": req.max_tokens,
+                "extra_body": self.settings.extra_body,
+                "prompt_version": req.prompt_version,
+            }))
+        };
+        let mut key = key_for(level);
+        if let Some(cache) = &self.cache
+            && let Some(hit) = cache.get(&key).await
+            && let Some(text) = hit.content.as_str()
+            && let Ok(value) = reply::parse::<T>(text)
+        {
+            let usage = Usage {
+                prompt_tokens: hit.prompt_tokens,
+                completion_tokens: hit.completion_tokens,
+            };
+            self.record(self.row(
+                &req.stage,
+                &hit.model,
+                req.item.as_ref(),
+                usage,
+                0,
+                true,
+                Duration::ZERO,
+                Duration::ZERO,
+                None,
+            ));
+            return Ok(ChatReply {
+                value,
+                usage,
+                cache_hit: true,
+                attempts: 0,
+            });
+        }
+
+        let mut messages = req.messages.clone();
+        let mut usage = Usage::default();
+        let (mut attempts, mut http_time, mut wait_time) = (0u32, Duration::ZERO, Duration::ZERO);
+        let mut repaired = false;
+        let result: Result<(T, String), LlmError> = loop {
+            let body = self.chat_body(&messages, &schema, req.max_tokens, level);
+            let est = estimate_tokens(&messages) + req.max_tokens as u64;
+            let exchange = match self
+                .exchange(&req.stage, "chat/completions", &body, est, Some(level))
+                .await
+            {
+                Ok(x) => x,
+                Err(e) => {
+                    attempts += e.attempts;
+                    http_time += e.http_time;
+                    wait_time += e.wait_time;
+                    let now = self.mode.load(Ordering::SeqCst);
+                    if now > level && matches!(e.error, LlmError::Refused { status: 400, .. }) {
+                        level = now;
+                        key = key_for(level);
+                        continue;
+                    }
+                    break Err(e.error);
+                }
+            };
+            attempts += exchange.attempts;
+            http_time += exchange.http_time;
+            wait_time += exchange.wait_time;
+            let b = &exchange.body;
+            usage.prompt_tokens += b["usage"]["prompt_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| estimate_tokens(&messages));
+            let content = b["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            usage.completion_tokens += b["usage"]["completion_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| (content.chars().count() as u64).div_ceil(4));
+            if b["choices"][0]["finish_reason"] == "length" {
+                break Err(LlmError::Truncated {
+                    stage: req.stage.clone(),
+                    max_tokens: req.max_tokens,
+                    excerpt: reply::excerpt(&content, 200),
+                });
+            }
+            match reply::parse::<T>(&content) {
+                Ok(value) => break Ok((value, content)),
+                Err(reason) if !repaired => {
+                    repaired = true;
+                    tracing::debug!(
+                        "{}: reply does not parse ({reason}); asking once more",
+                        req.stage
+                    );
+                    messages.push(Message::assistant(content));
+                    messages.push(Message::user(format!(
+                        "Your reply could not be used: {reason}. Reply again with only the JSON value, matching the schema exactly."
+                    )));
+                }
+                Err(reason) => {
+                    break Err(LlmError::InvalidReply {
+                        stage: req.stage.clone(),
+                        reason,
+                        excerpt: reply::excerpt(&content, 200),
+                    });
+                }
+            }
+        };
+        match result {
+            Ok((value, content)) => {
+                if let Some(cache) = &self.cache {
+                    cache
+                        .put(
+                            &key,
+                            &CachedReply {
+                                content: Value::String(content),
+                                prompt_tokens: usage.prompt_tokens,
+                                completion_tokens: usage.completion_tokens,
+                                model: self.settings.model.clone(),
+                            },
+                        )
+                        .await;
+                }
+                self.record(self.row(
+                    &req.stage,
+                    &self.settings.model,
+                    req.item.as_ref(),
+                    usage,
+                    attempts,
+                    false,
+                    http_time,
+                    wait_time,
+                    None,
+                ));
+                Ok(ChatReply {
+                    value,
+                    usage,
+                    cache_hit: false,
+                    attempts,
+                })
+            }
+            Err(error) => {
+                self.record(self.row(
+                    &req.stage,
+                    &self.settings.model,
+                    req.item.as_ref(),
+                    usage,
+                    attempts,
+                    false,
+                    http_time,
+                    wait_time,
+                    Some(&error),
+                ));
+                Err(error)
+            }
+        }
+    }
+
+    /// Embeds texts through `/embeddings` (batches of 64), with the same
+    /// limiter, retries and cache as chat calls. One `llm_calls` row per
+    /// batch.
+    pub async fn embed(&self, stage: &str, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
+        let model = self.settings.embedding_model.clone();
+        let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        let keys: Vec<String> = texts
+            .iter()
+            .map(|t| cache_key(&json!({"kind": "embedding", "model": model, "input": t})))
+            .collect();
+        let mut missing = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let hit = match &self.cache {
+                Some(cache) => cache.get(key).await,
+                None => None,
+            };
+            match hit.and_then(|h| serde_json::from_value::<Vec<f32>>(h.content).ok()) {
+                Some(v) => out[i] = Some(v),
+                None => missing.push(i),
+            }
+        }
+        let hits = texts.len() - missing.len();
+        if hits > 0 {
+            self.record(self.row(
+                stage,
+                &model,
+                Some(&format!("{hits} cached texts")),
+                Usage::default(),
+                0,
+                true,
+                Duration::ZERO,
+                Duration::ZERO,
+                None,
+            ));
+        }
+        for chunk in missing.chunks(64) {
+            let input: Vec<&str> = chunk.iter().map(|i| texts[*i].as_str()).collect();
+            let est = input
+                .iter()
+                .map(|t| (t.chars().count() as u64).div_ceil(3) + 1)
+                .sum::<u64>();
+            let body = json!({"model": model, "input": input});
+            let item = Some(format!("{} texts", input.len()));
+            let exchange = match self.exchange(stage, "embeddings", &body, est, None).await {
+                Ok(x) => x,
+                Err(e) => {
+                    self.record(self.row(
+                        stage,
+                        &model,
+                        item.as_ref(),
+                        Usage::default(),
+                        e.attempts,
+                        false,
+                        e.http_time,
+                        e.wait_time,
+                        Some(&e.error),
+                    ));
+                    return Err(e.error);
+                }
+            };
+            let prompt_tokens = exchange.body["usage"]["prompt_tokens"]
+                .as_u64()
+                .unwrap_or(est);
+            let data = exchange.body["data"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let mut vectors: Vec<Option<Vec<f32>>> = vec![None; chunk.len()];
+            for d in data {
+                let index = d["index"].as_u64().unwrap_or(u64::MAX) as usize;
+                if let (Some(slot), Ok(v)) = (
+                    vectors.get_mut(index),
+                    serde_json::from_value::<Vec<f32>>(d["embedding"].clone()),
+                ) {
+                    *slot = Some(v);
+                }
+            }
+            if vectors.iter().any(Option::is_none) {
+                let error = LlmError::InvalidReply {
+                    stage: stage.to_string(),
+                    reason: format!(
+                        "the server returned {} of {} embeddings",
+                        vectors.iter().flatten().count(),
+                        chunk.len()
+                    ),
+                    excerpt: reply::excerpt(&exchange.body.to_string(), 200),
+                };
+                self.record(self.row(
+                    stage,
+                    &model,
+                    item.as_ref(),
+                    Usage {
+                        prompt_tokens,
+                        completion_tokens: 0,
+                    },
+                    exchange.attempts,
+                    false,
+                    exchange.http_time,
+                    exchange.wait_time,
+                    Some(&error),
+                ));
+                return Err(error);
+            }
+            let per_text = prompt_tokens / chunk.len().max(1) as u64;
+            for (slot, vector) in chunk.iter().zip(vectors.into_iter().flatten()) {
+                if let Some(cache) = &self.cache {
+                    cache
+                        .put(
+                            &keys[*slot],
+                            &CachedReply {
+                                content: json!(vector),
+                                prompt_tokens: per_text,
+                                completion_tokens: 0,
+                                model: model.clone(),
+                            },
+                        )
+                        .await;
+                }
+                out[*slot] = Some(vector);
+            }
+            self.record(self.row(
+                stage,
+                &model,
+                item.as_ref(),
+                Usage {
+                    prompt_tokens,
+                    completion_tokens: 0,
+                },
+                exchange.attempts,
+                false,
+                exchange.http_time,
+                exchange.wait_time,
+                None,
+            ));
+        }
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// The accounting rows so far, leaving none behind.
+    pub fn take_calls(&self) -> Vec<LlmCallRow> {
+        std::mem::take(&mut *self.calls.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Totals over `rows` with this client's prices.
+    pub fn totals(&self, rows: &[LlmCallRow]) -> LlmTotals {
+        let mut t = LlmTotals {
+            calls: rows.len() as u64,
+            ..LlmTotals::default()
+        };
+        for r in rows {
+            if r.cache_hit {
+                t.cache_hits += 1;
+            } else {
+                t.prompt_tokens += r.prompt_tokens as u64;
+                t.completion_tokens += r.completion_tokens as u64;
+            }
+        }
+        if self.settings.price_prompt.is_some() || self.settings.price_completion.is_some() {
+            t.cost_usd = Some(
+                t.prompt_tokens as f64 / 1e6 * self.settings.price_prompt.unwrap_or(0.0)
+                    + t.completion_tokens as f64 / 1e6
+                        * self.settings.price_completion.unwrap_or(0.0),
+            );
+        }
+        t
+    }
+}
+
+/// The message of an OpenAI-style error body, or the body's start.
+fn error_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v["error"]["message"]
+                .as_str()
+                .map(str::to_string)
+                .or_else(|| v["error"].as_str().map(str::to_string))
+        })
+        .unwrap_or_else(|| reply::excerpt(body.trim(), 200))
+}
+
+/// An error and its causes on one line (reqwest's own message is terse).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Shared handle to a run's client.
+pub type SharedClient = Arc<LlmClient>;

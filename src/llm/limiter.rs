@@ -1,0 +1,374 @@
+//! The shared LLM budget: requests per minute and tokens per minute, each a
+//! generic cell rate algorithm (GCRA) with a burst allowance.
+//!
+//! Each budget admits at most `limit` units in any 60 s window: it emits at
+//! `limit - burst` units per minute and lets up to `burst` units go early.
+//! A call reserves one request and its estimated tokens (prompt + max
+//! completion) at a single send time that satisfies both budgets, so the
+//! cells are placed where the request really goes out. Reservations are
+//! FIFO: a caller gets a slot and sleeps until it, instead of polling.
+//!
+//! After the reply, [`Limiter::settle`] corrects the token reservation from
+//! the reply's `usage`: unused tokens go back to the budget (unless the
+//! budget went idle since, when there is nothing to return), extra tokens
+//! push later slots back. This is why graphloom does not use `governor`:
+//! its GCRA cannot return a reservation, and a token budget charged at
+//! `max_tokens` would run far below the provider's limit.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A budget cannot admit a reservation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The reservation is larger than the budget's burst: it could never be
+    /// sent without going over the limit.
+    #[error(
+        "a call needs {needed} {unit} but the {unit} budget admits at most {burst} at once (burst); raise llm.{key} (at most half of the per-minute limit) or send smaller calls"
+    )]
+    TooLarge {
+        needed: u64,
+        burst: u64,
+        unit: &'static str,
+        key: &'static str,
+    },
+    /// The configured limit and burst cannot work together.
+    #[error("invalid {unit} budget: {reason}")]
+    Invalid { unit: &'static str, reason: String },
+}
+
+/// One budget's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetConfig {
+    /// Units admitted in any 60 s window.
+    pub per_minute: u64,
+    /// Units that may go at once; the steady rate is `per_minute - burst`.
+    pub burst: u64,
+}
+
+impl BudgetConfig {
+    /// The default burst: 5% of the limit (at least 1), so the steady rate is
+    /// 95% of the limit and a short run starts at full speed.
+    pub fn with_default_burst(per_minute: u64) -> Self {
+        BudgetConfig {
+            per_minute,
+            burst: (per_minute / 20).max(1),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Gcra {
+    unit: &'static str,
+    key: &'static str,
+    burst: u64,
+    /// Time one unit occupies at the steady rate.
+    interval: Duration,
+    /// Theoretical arrival time of the next unit.
+    tat: Instant,
+    /// Bumped whenever the budget was idle at a reservation (its TAT fell
+    /// behind the clock); a refund is only exact within one epoch.
+    epoch: u64,
+}
+
+impl Gcra {
+    fn new(
+        config: BudgetConfig,
+        unit: &'static str,
+        key: &'static str,
+        now: Instant,
+    ) -> Result<Self, LimitError> {
+        let invalid = |reason: String| LimitError::Invalid { unit, reason };
+        if config.per_minute == 0 {
+            return Err(invalid("the per-minute limit must be at least 1".into()));
+        }
+        if config.burst == 0 {
+            return Err(invalid("the burst must be at least 1".into()));
+        }
+        // The steady rate is what is left of the limit after the burst; a
+        // limit of 1 per minute has no room for both, so it runs at 1/min
+        // with a burst of 1 (at most 2 in a window, documented).
+        let rate = config.per_minute.saturating_sub(config.burst).max(1);
+        if config.burst > config.per_minute {
+            return Err(invalid(format!(
+                "burst {} is larger than the per-minute limit {}",
+                config.burst, config.per_minute
+            )));
+        }
+        // Rounded up: a interval rounded down would let the steady rate creep
+        // past the limit.
+        let interval = Duration::from_nanos(60_000_000_000u64.div_ceil(rate).max(1));
+        Ok(Gcra {
+            unit,
+            key,
+            burst: config.burst,
+            interval,
+            tat: now,
+            epoch: 0,
+        })
+    }
+
+    fn check(&self, n: u64) -> Result<(), LimitError> {
+        if n > self.burst {
+            return Err(LimitError::TooLarge {
+                needed: n,
+                burst: self.burst,
+                unit: self.unit,
+                key: self.key,
+            });
+        }
+        Ok(())
+    }
+
+    /// Earliest time `n` units conform.
+    fn earliest(&self, n: u64, now: Instant) -> Instant {
+        // Conforms at t when max(tat, t) + n*I - t <= burst*I.
+        let ahead = times(self.interval, n);
+        let allowance = times(self.interval, self.burst);
+        let candidate = (self.tat + ahead).checked_sub(allowance).unwrap_or(now);
+        candidate.max(now)
+    }
+
+    fn take(&mut self, n: u64, at: Instant) -> u64 {
+        if at > self.tat {
+            self.tat = at;
+            self.epoch += 1;
+        }
+        self.tat += times(self.interval, n);
+        self.epoch
+    }
+}
+
+fn times(interval: Duration, n: u64) -> Duration {
+    Duration::from_nanos((interval.as_nanos() as u64).saturating_mul(n))
+}
+
+/// A granted slot: one request and `tokens` tokens, usable from `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// When the call may be sent.
+    pub at: Instant,
+    /// Tokens reserved.
+    pub tokens: u64,
+    token_epoch: u64,
+}
+
+/// The request and token budgets of one run, shared by every stage.
+#[derive(Debug)]
+pub struct Limiter {
+    state: Mutex<(Gcra, Gcra)>,
+}
+
+impl Limiter {
+    /// A limiter with the given request and token budgets.
+    pub fn new(requests: BudgetConfig, tokens: BudgetConfig) -> Result<Self, LimitError> {
+        let now = Instant::now();
+        Ok(Limiter {
+            state: Mutex::new((
+                Gcra::new(requests, "requests", "request_burst", now)?,
+                Gcra::new(tokens, "tokens", "token_burst", now)?,
+            )),
+        })
+    }
+
+    /// Reserves one request and `tokens` tokens at the earliest time both
+    /// budgets admit them. Returns at once; the caller waits until
+    /// [`Reservation::at`] (see [`Limiter::acquire`]).
+    pub fn reserve(&self, tokens: u64) -> Result<Reservation, LimitError> {
+        let now = Instant::now();
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (requests, token_budget) = &mut *guard;
+        requests.check(1)?;
+        token_budget.check(tokens)?;
+        let at = requests
+            .earliest(1, now)
+            .max(token_budget.earliest(tokens, now));
+        requests.take(1, at);
+        let token_epoch = token_budget.take(tokens, at);
+        Ok(Reservation {
+            at,
+            tokens,
+            token_epoch,
+        })
+    }
+
+    /// Reserves and waits until the slot comes.
+    pub async fn acquire(&self, tokens: u64) -> Result<Reservation, LimitError> {
+        let r = self.reserve(tokens)?;
+        tokio::time::sleep_until(r.at).await;
+        Ok(r)
+    }
+
+    /// Corrects a reservation once the real token count is known (0 for a
+    /// request the provider refused without processing it).
+    pub fn settle(&self, reservation: &Reservation, actual_tokens: u64) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let budget = &mut guard.1;
+        if actual_tokens > reservation.tokens {
+            let extra = times(budget.interval, actual_tokens - reservation.tokens);
+            budget.tat += extra;
+        } else if budget.epoch == reservation.token_epoch {
+            let unused = times(budget.interval, reservation.tokens - actual_tokens);
+            let floor = reservation.at;
+            budget.tat = budget.tat.checked_sub(unused).unwrap_or(floor).max(floor);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(rpm: u64, rburst: u64, tpm: u64, tburst: u64) -> Limiter {
+        Limiter::new(
+            BudgetConfig {
+                per_minute: rpm,
+                burst: rburst,
+            },
+            BudgetConfig {
+                per_minute: tpm,
+                burst: tburst,
+            },
+        )
+        .expect("valid budgets")
+    }
+
+    /// Largest number of slots in any window of `window` starting at a slot.
+    fn max_in_window(times: &[Instant], weights: &[u64], window: Duration) -> u64 {
+        let mut best = 0;
+        for (i, start) in times.iter().enumerate() {
+            let sum: u64 = times
+                .iter()
+                .zip(weights)
+                .skip(i)
+                .take_while(|(t, _)| **t < *start + window)
+                .map(|(_, w)| *w)
+                .sum();
+            best = best.max(sum);
+        }
+        best
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_never_exceed_the_limit_in_any_minute() {
+        let l = limiter(60, 3, 1_000_000, 50_000);
+        let slots: Vec<Instant> = (0..300).map(|_| l.reserve(10).expect("fits").at).collect();
+        let ones = vec![1; slots.len()];
+        let max = max_in_window(&slots, &ones, Duration::from_secs(60));
+        assert!((59..=60).contains(&max), "{max} requests in one minute");
+        // Three go at once (the burst), then one every 60/57 s.
+        assert_eq!(slots[2], slots[0]);
+        assert!(slots[3] > slots[2]);
+        let span = slots[299] - slots[0];
+        let per_minute = 299.0 / span.as_secs_f64() * 60.0;
+        assert!(
+            (56.0..=58.0).contains(&per_minute),
+            "steady rate {per_minute}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_never_exceed_the_limit_in_any_minute() {
+        let l = limiter(10_000, 500, 10_000, 2_000);
+        let sizes: Vec<u64> = (0..200).map(|i| 100 + (i * 37) % 900).collect();
+        let slots: Vec<Instant> = sizes
+            .iter()
+            .map(|n| l.reserve(*n).expect("fits").at)
+            .collect();
+        let max = max_in_window(&slots, &sizes, Duration::from_secs(60));
+        assert!(max <= 10_000, "{max} tokens in one minute");
+        assert!(
+            max >= 9_000,
+            "the budget is used, not just respected: {max}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_larger_than_the_burst_is_an_error_not_a_wait() {
+        let l = limiter(600, 30, 100_000, 5_000);
+        let err = l.reserve(5_001).expect_err("too large");
+        assert!(err.to_string().contains("needs 5001 tokens"), "{err}");
+        assert!(err.to_string().contains("llm.token_burst"), "{err}");
+        assert!(l.reserve(5_000).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unused_tokens_return_to_the_budget() {
+        let l = limiter(10_000, 1_000, 6_000, 1_000);
+        // Burn the burst, then one reservation of 1000 tokens waits 12 s
+        // (the steady rate is 5000 tokens/min).
+        let first = l.reserve(1_000).expect("fits");
+        let second = l.reserve(1_000).expect("fits");
+        assert_eq!(second.at - first.at, Duration::from_secs(12));
+        // The first call used only 100 tokens: 900 go back, so the next
+        // slot comes 10.8 s earlier than without the refund.
+        l.settle(&first, 100);
+        let third = l.reserve(1_000).expect("fits");
+        let without_refund = second.at + Duration::from_secs(12);
+        assert_eq!(without_refund - third.at, Duration::from_millis(10_800));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extra_tokens_push_later_slots_back() {
+        let l = limiter(10_000, 1_000, 6_000, 1_000);
+        let first = l.reserve(500).expect("fits");
+        l.settle(&first, 1_500);
+        let next = l.reserve(1_000).expect("fits");
+        // 1500 tokens used + 1000 wanted - 1000 burst = 1500 tokens at 5000/min.
+        assert_eq!(next.at - first.at, Duration::from_secs(18));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_refund_after_the_budget_went_idle() {
+        let l = limiter(10_000, 1_000, 6_000, 1_000);
+        let first = l.reserve(1_000).expect("fits");
+        tokio::time::advance(Duration::from_secs(120)).await;
+        let second = l.reserve(1_000).expect("fits");
+        // The idle minute already gave the budget back; refunding the first
+        // call now would let more than the burst go at once.
+        l.settle(&first, 0);
+        let third = l.reserve(1_000).expect("fits");
+        assert_eq!(third.at - second.at, Duration::from_secs(12));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn both_budgets_share_one_send_time() {
+        // Tokens bind: 1000-token calls at 5000 tokens/min; requests would
+        // allow far more.
+        let l = limiter(600, 30, 6_000, 1_000);
+        let a = l.reserve(1_000).expect("fits");
+        let b = l.reserve(1_000).expect("fits");
+        // A small call queued behind b cannot jump ahead of it on the
+        // request budget: its slot is computed from the same state.
+        let c = l.reserve(1).expect("fits");
+        assert!(b.at > a.at && c.at >= b.at - Duration::from_secs(12));
+        let acquired = l.acquire(10).await.expect("fits");
+        assert!(Instant::now() >= acquired.at);
+    }
+
+    #[test]
+    fn invalid_budgets_are_rejected() {
+        let bad = Limiter::new(
+            BudgetConfig {
+                per_minute: 10,
+                burst: 11,
+            },
+            BudgetConfig::with_default_burst(1000),
+        );
+        assert!(matches!(bad, Err(LimitError::Invalid { .. })));
+        assert!(
+            Limiter::new(
+                BudgetConfig {
+                    per_minute: 0,
+                    burst: 1
+                },
+                BudgetConfig::with_default_burst(1000)
+            )
+            .is_err()
+        );
+        assert_eq!(BudgetConfig::with_default_burst(600).burst, 30);
+        assert_eq!(BudgetConfig::with_default_burst(10).burst, 1);
+    }
+}

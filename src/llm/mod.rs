@@ -1,0 +1,20 @@
+//! The LLM layer: an OpenAI-compatible client with one shared request and
+//! token budget, retries, a response cache and per-call accounting.
+//!
+//! * [`client`]: chat completions with structured output and embeddings;
+//! * [`limiter`]: the requests-per-minute and tokens-per-minute budget;
+//! * [`retry`]: which failures are retried and how long to wait;
+//! * [`reply`]: schemas sent with calls and the clean-up of replies;
+//! * [`cache`]: the content-addressed response cache;
+//! * [`test_server`]: a faithful OpenAI-compatible server for tests and
+//!   benchmarks.
+
+pub mod cache;
+pub mod client;
+pub mod limiter;
+pub mod reply;
+pub mod retry;
+pub mod test_server;
+
+pub use cache::{CacheMode, ResponseCache};
+pub use client::{ApiKey, ChatReply, ChatRequest, LlmClient, LlmError, LlmTotals, Message, Usage};
