@@ -14,6 +14,7 @@
 //! [`objstore`] is shared plumbing: URLs and object store clients.
 
 pub mod add;
+pub mod bench;
 pub mod llm;
 pub mod objstore;
 pub mod ontology;
@@ -38,6 +39,14 @@ pub enum Error {
     Query(Box<query::QueryError>),
     #[error(transparent)]
     Add(Box<add::AddError>),
+    #[error(transparent)]
+    Llm(Box<llm::LlmError>),
+}
+
+impl From<llm::LlmError> for Error {
+    fn from(e: llm::LlmError) -> Self {
+        Error::Llm(Box::new(e))
+    }
 }
 
 impl From<store::StoreError> for Error {
@@ -68,6 +77,7 @@ impl Error {
             Error::Store(e) => matches!(**e, store::StoreError::Location(_)),
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
+            Error::Llm(_) => false,
         }
     }
 }

@@ -89,6 +89,9 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         runs: usize,
     },
+    /// Measure graphloom's parts and print the figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Roll back the commits of an interrupted run (every write does this
     /// first; this command does only that).
     Recover {
@@ -103,6 +106,42 @@ enum OntologyCommand {
     Check {
         /// Pipeline spec (TOML).
         pipeline: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Drive the LLM client and limiter against the built-in test server
+    /// and report achieved requests/min and tokens/min against the limits,
+    /// the most in any 60 s window, latency percentiles and client overhead.
+    Llm {
+        /// Calls to make.
+        #[arg(long, default_value_t = 400)]
+        calls: usize,
+        /// Server latency per reply, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        latency_ms: u64,
+        /// Requests-per-minute limit.
+        #[arg(long, default_value_t = 600)]
+        rpm: u32,
+        /// Tokens-per-minute limit.
+        #[arg(long, default_value_t = 200_000)]
+        tpm: u32,
+        /// Share of requests the server answers 429 (Retry-After: 1), 0..1.
+        #[arg(long, default_value_t = 0.0)]
+        rate_429: f64,
+        /// Calls in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: u32,
+        /// Characters of prompt per call.
+        #[arg(long, default_value_t = 3_200)]
+        prompt_chars: usize,
+        /// max_tokens per call.
+        #[arg(long, default_value_t = 400)]
+        max_tokens: u32,
+        /// Characters of each reply.
+        #[arg(long, default_value_t = 1_000)]
+        reply_chars: usize,
     },
 }
 
@@ -238,6 +277,34 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Status { target, runs } => {
             let store = GraphStore::try_from(&target)?;
             status(&store, runs).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Llm {
+            calls,
+            latency_ms,
+            rpm,
+            tpm,
+            rate_429,
+            concurrency,
+            prompt_chars,
+            max_tokens,
+            reply_chars,
+        }) => {
+            let settings = graphloom::bench::LlmBench {
+                calls,
+                latency: Duration::from_millis(latency_ms),
+                rpm,
+                tpm,
+                rate_429: rate_429.clamp(0.0, 1.0),
+                concurrency: concurrency.max(1),
+                prompt_chars,
+                max_tokens,
+                reply_chars,
+            };
+            let report = graphloom::bench::run_llm_bench(settings)
+                .await
+                .map_err(|e| graphloom::llm::LlmError::Setup(e.to_string()))?;
+            out!("{report}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Recover { target } => {

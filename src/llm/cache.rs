@@ -72,6 +72,22 @@ impl ResponseCache {
         }
     }
 
+    /// Opens the cache at `location` (an object store URL or path); the
+    /// graph's default is `<graph>/_cache/llm/`.
+    pub fn open(
+        location: &str,
+        options: &std::collections::BTreeMap<String, String>,
+        mode: CacheMode,
+    ) -> Result<Self, crate::objstore::LocationError> {
+        let url = crate::objstore::parse_dir_url(location)?;
+        let store = crate::objstore::store_for(&url, options)?;
+        Ok(ResponseCache::new(
+            store,
+            crate::objstore::path_of(&url),
+            mode,
+        ))
+    }
+
     /// The mode in effect.
     pub fn mode(&self) -> CacheMode {
         self.mode

@@ -353,6 +353,16 @@ impl LlmClient {
         })
     }
 
+    /// The structured-output level in effect (it moves down when a server
+    /// rejects `response_format`).
+    pub fn structured_output(&self) -> StructuredOutput {
+        match self.mode.load(Ordering::SeqCst) {
+            0 => StructuredOutput::JsonSchema,
+            1 => StructuredOutput::JsonObject,
+            _ => StructuredOutput::Prompt,
+        }
+    }
+
     /// The model name calls are sent with.
     pub fn model(&self) -> &str {
         &self.settings.model

@@ -5,8 +5,10 @@
 //! `limit - burst` units per minute and lets up to `burst` units go early.
 //! A call reserves one request and its estimated tokens (prompt + max
 //! completion) at a single send time that satisfies both budgets, so the
-//! cells are placed where the request really goes out. Reservations are
-//! FIFO: a caller gets a slot and sleeps until it, instead of polling.
+//! cells are placed where the request really goes out. Callers are served
+//! first come, first served: the caller at the head sleeps until the
+//! earliest time both budgets admit it, and is woken early when a finished
+//! call gives tokens back.
 //!
 //! After the reply, [`Limiter::settle`] corrects the token reservation from
 //! the reply's `usage`: unused tokens go back to the budget (unless the
@@ -15,9 +17,11 @@
 //! its GCRA cannot return a reservation, and a token budget charged at
 //! `max_tokens` would run far below the provider's limit.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// A budget cannot admit a reservation.
@@ -145,20 +149,50 @@ fn times(interval: Duration, n: u64) -> Duration {
     Duration::from_nanos((interval.as_nanos() as u64).saturating_mul(n))
 }
 
-/// A granted slot: one request and `tokens` tokens, usable from `at`.
+/// A granted slot: one request and `tokens` tokens, sent at `at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
-    /// When the call may be sent.
+    /// When the budget admitted the call.
     pub at: Instant,
     /// Tokens reserved.
     pub tokens: u64,
     token_epoch: u64,
 }
 
+#[derive(Debug)]
+struct State {
+    requests: Gcra,
+    tokens: Gcra,
+    /// Tickets of the callers waiting, first come first served.
+    queue: VecDeque<u64>,
+    next_ticket: u64,
+}
+
 /// The request and token budgets of one run, shared by every stage.
 #[derive(Debug)]
 pub struct Limiter {
-    state: Mutex<(Gcra, Gcra)>,
+    state: Mutex<State>,
+    /// Woken when the head of the queue may have changed or a settlement
+    /// returned tokens.
+    changed: Notify,
+}
+
+/// Removes a waiter's ticket if its future is dropped before it is served.
+struct Ticket<'a> {
+    limiter: &'a Limiter,
+    id: u64,
+    served: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if !self.served {
+            let mut state = self.limiter.lock();
+            state.queue.retain(|t| *t != self.id);
+            drop(state);
+            self.limiter.changed.notify_waiters();
+        }
+    }
 }
 
 impl Limiter {
@@ -166,76 +200,130 @@ impl Limiter {
     pub fn new(requests: BudgetConfig, tokens: BudgetConfig) -> Result<Self, LimitError> {
         let now = Instant::now();
         Ok(Limiter {
-            state: Mutex::new((
-                Gcra::new(requests, "requests", "request_burst", now)?,
-                Gcra::new(tokens, "tokens", "token_burst", now)?,
-            )),
+            state: Mutex::new(State {
+                requests: Gcra::new(requests, "requests", "request_burst", now)?,
+                tokens: Gcra::new(tokens, "tokens", "token_burst", now)?,
+                queue: VecDeque::new(),
+                next_ticket: 0,
+            }),
+            changed: Notify::new(),
         })
     }
 
-    /// Reserves one request and `tokens` tokens at the earliest time both
-    /// budgets admit them. Returns at once; the caller waits until
-    /// [`Reservation::at`] (see [`Limiter::acquire`]).
-    pub fn reserve(&self, tokens: u64) -> Result<Reservation, LimitError> {
-        let now = Instant::now();
-        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (requests, token_budget) = &mut *guard;
-        requests.check(1)?;
-        token_budget.check(tokens)?;
-        let at = requests
-            .earliest(1, now)
-            .max(token_budget.earliest(tokens, now));
-        requests.take(1, at);
-        let token_epoch = token_budget.take(tokens, at);
-        Ok(Reservation {
-            at,
-            tokens,
-            token_epoch,
-        })
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reserves and waits until the slot comes.
+    /// Waits until both budgets admit one request and `tokens` tokens, then
+    /// charges them at that moment. Callers are served in arrival order;
+    /// the one at the head waits for the earliest time the budgets allow,
+    /// and is woken early when a settlement returns tokens. A call larger
+    /// than a burst fails at once.
     pub async fn acquire(&self, tokens: u64) -> Result<Reservation, LimitError> {
-        let r = self.reserve(tokens)?;
-        tokio::time::sleep_until(r.at).await;
-        Ok(r)
+        let mut ticket = {
+            let mut state = self.lock();
+            state.requests.check(1)?;
+            state.tokens.check(tokens)?;
+            let id = state.next_ticket;
+            state.next_ticket += 1;
+            state.queue.push_back(id);
+            Ticket {
+                limiter: self,
+                id,
+                served: false,
+            }
+        };
+        loop {
+            // Register for wake-ups before looking, so none is missed.
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wait_until = {
+                let mut state = self.lock();
+                if state.queue.front() == Some(&ticket.id) {
+                    let now = Instant::now();
+                    let at = state
+                        .requests
+                        .earliest(1, now)
+                        .max(state.tokens.earliest(tokens, now));
+                    if at <= now {
+                        state.requests.take(1, now);
+                        let token_epoch = state.tokens.take(tokens, now);
+                        state.queue.pop_front();
+                        ticket.served = true;
+                        drop(state);
+                        self.changed.notify_waiters();
+                        return Ok(Reservation {
+                            at: now,
+                            tokens,
+                            token_epoch,
+                        });
+                    }
+                    Some(at)
+                } else {
+                    None
+                }
+            };
+            match wait_until {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = &mut notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
     }
 
     /// Corrects a reservation once the real token count is known (0 for a
     /// request the provider refused without processing it).
     pub fn settle(&self, reservation: &Reservation, actual_tokens: u64) {
-        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let budget = &mut guard.1;
+        let mut state = self.lock();
+        let budget = &mut state.tokens;
         if actual_tokens > reservation.tokens {
-            let extra = times(budget.interval, actual_tokens - reservation.tokens);
-            budget.tat += extra;
+            budget.tat += times(budget.interval, actual_tokens - reservation.tokens);
         } else if budget.epoch == reservation.token_epoch {
             let unused = times(budget.interval, reservation.tokens - actual_tokens);
             let floor = reservation.at;
             budget.tat = budget.tat.checked_sub(unused).unwrap_or(floor).max(floor);
         }
+        drop(state);
+        self.changed.notify_waiters();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
-    fn limiter(rpm: u64, rburst: u64, tpm: u64, tburst: u64) -> Limiter {
-        Limiter::new(
-            BudgetConfig {
-                per_minute: rpm,
-                burst: rburst,
-            },
-            BudgetConfig {
-                per_minute: tpm,
-                burst: tburst,
-            },
+    fn limiter(rpm: u64, rburst: u64, tpm: u64, tburst: u64) -> Arc<Limiter> {
+        Arc::new(
+            Limiter::new(
+                BudgetConfig {
+                    per_minute: rpm,
+                    burst: rburst,
+                },
+                BudgetConfig {
+                    per_minute: tpm,
+                    burst: tburst,
+                },
+            )
+            .expect("valid budgets"),
         )
-        .expect("valid budgets")
     }
 
-    /// Largest number of slots in any window of `window` starting at a slot.
+    /// Acquires in order, one after another, and returns the grant times.
+    async fn grants(l: &Limiter, sizes: &[u64]) -> Vec<Instant> {
+        let mut out = Vec::new();
+        for n in sizes {
+            out.push(l.acquire(*n).await.expect("fits").at);
+        }
+        out
+    }
+
+    /// Largest weight of grants that fall in any window of `window`.
     fn max_in_window(times: &[Instant], weights: &[u64], window: Duration) -> u64 {
         let mut best = 0;
         for (i, start) in times.iter().enumerate() {
@@ -254,7 +342,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn requests_never_exceed_the_limit_in_any_minute() {
         let l = limiter(60, 3, 1_000_000, 50_000);
-        let slots: Vec<Instant> = (0..300).map(|_| l.reserve(10).expect("fits").at).collect();
+        let slots = grants(&l, &[10; 300]).await;
         let ones = vec![1; slots.len()];
         let max = max_in_window(&slots, &ones, Duration::from_secs(60));
         assert!((59..=60).contains(&max), "{max} requests in one minute");
@@ -273,10 +361,7 @@ mod tests {
     async fn tokens_never_exceed_the_limit_in_any_minute() {
         let l = limiter(10_000, 500, 10_000, 2_000);
         let sizes: Vec<u64> = (0..200).map(|i| 100 + (i * 37) % 900).collect();
-        let slots: Vec<Instant> = sizes
-            .iter()
-            .map(|n| l.reserve(*n).expect("fits").at)
-            .collect();
+        let slots = grants(&l, &sizes).await;
         let max = max_in_window(&slots, &sizes, Duration::from_secs(60));
         assert!(max <= 10_000, "{max} tokens in one minute");
         assert!(
@@ -286,66 +371,101 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn concurrent_callers_are_served_in_arrival_order_within_the_limit() {
+        let l = limiter(120, 2, 1_000_000, 50_000);
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let l = l.clone();
+                tokio::spawn(async move { (i, l.acquire(1).await.expect("fits").at) })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await.expect("task"));
+        }
+        let times: Vec<Instant> = got.iter().map(|(_, t)| *t).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "served in order");
+        let ones = vec![1; times.len()];
+        assert!(max_in_window(&times, &ones, Duration::from_secs(60)) <= 120);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_call_larger_than_the_burst_is_an_error_not_a_wait() {
         let l = limiter(600, 30, 100_000, 5_000);
-        let err = l.reserve(5_001).expect_err("too large");
+        let err = l.acquire(5_001).await.expect_err("too large");
         assert!(err.to_string().contains("needs 5001 tokens"), "{err}");
         assert!(err.to_string().contains("llm.token_burst"), "{err}");
-        assert!(l.reserve(5_000).is_ok());
+        assert!(l.acquire(5_000).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn unused_tokens_return_to_the_budget() {
         let l = limiter(10_000, 1_000, 6_000, 1_000);
-        // Burn the burst, then one reservation of 1000 tokens waits 12 s
-        // (the steady rate is 5000 tokens/min).
-        let first = l.reserve(1_000).expect("fits");
-        let second = l.reserve(1_000).expect("fits");
-        assert_eq!(second.at - first.at, Duration::from_secs(12));
-        // The first call used only 100 tokens: 900 go back, so the next
-        // slot comes 10.8 s earlier than without the refund.
+        // The burst goes at once; the next 1000 tokens would wait 12 s at
+        // the steady rate of 5000 tokens/min...
+        let start = Instant::now();
+        let first = l.acquire(1_000).await.expect("fits");
+        assert_eq!(first.at, start);
+        // ...but the first call used only 100, so 900 come back and the
+        // second waits for 100 tokens' worth: 1.2 s.
         l.settle(&first, 100);
-        let third = l.reserve(1_000).expect("fits");
-        let without_refund = second.at + Duration::from_secs(12);
-        assert_eq!(without_refund - third.at, Duration::from_millis(10_800));
+        let second = l.acquire(1_000).await.expect("fits");
+        assert_eq!(second.at - start, Duration::from_millis(1_200));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn extra_tokens_push_later_slots_back() {
+    async fn a_waiter_is_woken_when_tokens_come_back() {
         let l = limiter(10_000, 1_000, 6_000, 1_000);
-        let first = l.reserve(500).expect("fits");
+        let start = Instant::now();
+        let first = l.acquire(1_000).await.expect("fits");
+        let waiter = {
+            let l = l.clone();
+            tokio::spawn(async move { l.acquire(1_000).await.expect("fits").at })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The waiter is due at 12 s; a refund of 900 tokens makes it due at
+        // 1.2 s, and it must not sleep on until 12 s.
+        l.settle(&first, 100);
+        let at = waiter.await.expect("task");
+        assert_eq!(at - start, Duration::from_millis(1_200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extra_tokens_push_later_calls_back() {
+        let l = limiter(10_000, 1_000, 6_000, 1_000);
+        let start = Instant::now();
+        let first = l.acquire(500).await.expect("fits");
         l.settle(&first, 1_500);
-        let next = l.reserve(1_000).expect("fits");
-        // 1500 tokens used + 1000 wanted - 1000 burst = 1500 tokens at 5000/min.
-        assert_eq!(next.at - first.at, Duration::from_secs(18));
+        let next = l.acquire(1_000).await.expect("fits");
+        // 1500 used + 1000 wanted - 1000 burst = 1500 tokens at 5000/min.
+        assert_eq!(next.at - start, Duration::from_secs(18));
     }
 
     #[tokio::test(start_paused = true)]
     async fn no_refund_after_the_budget_went_idle() {
         let l = limiter(10_000, 1_000, 6_000, 1_000);
-        let first = l.reserve(1_000).expect("fits");
+        let first = l.acquire(1_000).await.expect("fits");
         tokio::time::advance(Duration::from_secs(120)).await;
-        let second = l.reserve(1_000).expect("fits");
-        // The idle minute already gave the budget back; refunding the first
-        // call now would let more than the burst go at once.
+        let second = l.acquire(1_000).await.expect("fits");
+        // The idle minutes already gave the budget back; refunding the
+        // first call now would let more than the burst go at once.
         l.settle(&first, 0);
-        let third = l.reserve(1_000).expect("fits");
+        let third = l.acquire(1_000).await.expect("fits");
         assert_eq!(third.at - second.at, Duration::from_secs(12));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn both_budgets_share_one_send_time() {
-        // Tokens bind: 1000-token calls at 5000 tokens/min; requests would
-        // allow far more.
-        let l = limiter(600, 30, 6_000, 1_000);
-        let a = l.reserve(1_000).expect("fits");
-        let b = l.reserve(1_000).expect("fits");
-        // A small call queued behind b cannot jump ahead of it on the
-        // request budget: its slot is computed from the same state.
-        let c = l.reserve(1).expect("fits");
-        assert!(b.at > a.at && c.at >= b.at - Duration::from_secs(12));
-        let acquired = l.acquire(10).await.expect("fits");
-        assert!(Instant::now() >= acquired.at);
+    async fn a_cancelled_waiter_does_not_block_the_queue() {
+        let l = limiter(60, 1, 1_000_000, 50_000);
+        l.acquire(1).await.expect("fits");
+        // This one would wait ~1 s; cancel it after 100 ms.
+        let cancelled = tokio::time::timeout(Duration::from_millis(100), l.acquire(1)).await;
+        assert!(cancelled.is_err());
+        let next = tokio::time::timeout(Duration::from_secs(5), l.acquire(1)).await;
+        assert!(
+            next.is_ok(),
+            "the queue moved on after the cancelled waiter"
+        );
     }
 
     #[test]
@@ -358,16 +478,14 @@ mod tests {
             BudgetConfig::with_default_burst(1000),
         );
         assert!(matches!(bad, Err(LimitError::Invalid { .. })));
-        assert!(
-            Limiter::new(
-                BudgetConfig {
-                    per_minute: 0,
-                    burst: 1
-                },
-                BudgetConfig::with_default_burst(1000)
-            )
-            .is_err()
+        let zero = Limiter::new(
+            BudgetConfig {
+                per_minute: 0,
+                burst: 1,
+            },
+            BudgetConfig::with_default_burst(1000),
         );
+        assert!(zero.is_err());
         assert_eq!(BudgetConfig::with_default_burst(600).burst, 30);
         assert_eq!(BudgetConfig::with_default_burst(10).burst, 1);
     }

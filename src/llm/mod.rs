@@ -6,12 +6,14 @@
 //! * [`retry`]: which failures are retried and how long to wait;
 //! * [`reply`]: schemas sent with calls and the clean-up of replies;
 //! * [`cache`]: the content-addressed response cache;
+//! * [`plan`]: planned calls, tokens and cost before a run (dry run);
 //! * [`test_server`]: a faithful OpenAI-compatible server for tests and
 //!   benchmarks.
 
 pub mod cache;
 pub mod client;
 pub mod limiter;
+pub mod plan;
 pub mod reply;
 pub mod retry;
 pub mod test_server;

@@ -1229,6 +1229,10 @@ fn record(
     let mut state = shared.lock();
     let seq = state.next_seq;
     state.next_seq += 1;
+    // Arrival times are taken before the lock; keep them in sequence order
+    // (two requests read at nearly the same moment may take the lock in
+    // the other order) so that `requests()` is sorted by both.
+    let at = state.recorded.last().map_or(at, |last| at.max(last.at));
     state.recorded.push(Recorded {
         seq,
         at,

@@ -6,6 +6,7 @@ mod common;
 mod interop;
 mod llm_client;
 mod llm_test_server;
+mod local_llm;
 mod ontology_rules;
 mod slt;
 mod store_protocol;
