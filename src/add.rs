@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -28,6 +28,7 @@ use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType, is_relation_type_nam
 use crate::resolve::normalize_name;
 use crate::store::rows::{self, EdgeRow, FailureRow, NodeLabelRow, NodeRow};
 use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
+use crate::values::{check_value, parse_time};
 
 /// Errors of the add command (bad lines are failures rows, not errors).
 #[derive(Debug, thiserror::Error)]
@@ -526,54 +527,6 @@ fn describe(kind: PropertyType) -> &'static str {
         PropertyType::Bool => "a bool (true or false)",
         PropertyType::Date => "a date (\"YYYY-MM-DD\")",
     }
-}
-
-/// Checks a value against a property kind and returns its stored form.
-pub fn check_value(kind: PropertyType, value: &Value) -> Option<Value> {
-    match kind {
-        PropertyType::Text => value.as_str().map(|s| Value::String(s.to_string())),
-        PropertyType::Int => value.as_i64().map(Value::from),
-        PropertyType::Float => value.as_f64().map(Value::from),
-        PropertyType::Bool => value.as_bool().map(Value::from),
-        PropertyType::Date => {
-            let s = value.as_str()?;
-            let date = NaiveDate::parse_from_str(s, "%Y-%m-%d")
-                .ok()
-                .or_else(|| DateTime::parse_from_rfc3339(s).ok().map(|d| d.date_naive()))?;
-            Some(Value::String(date.format("%Y-%m-%d").to_string()))
-        }
-    }
-}
-
-/// Parses a fact time: RFC 3339 (converted to UTC), a date (midnight UTC)
-/// or a year (January 1st, midnight UTC).
-pub fn parse_time(text: Option<&str>) -> std::result::Result<Option<DateTime<Utc>>, String> {
-    let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else {
-        return Ok(None);
-    };
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok(Some(t.with_timezone(&Utc)));
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok(Some(
-            d.and_hms_opt(0, 0, 0)
-                .map(|t| t.and_utc())
-                .unwrap_or_default(),
-        ));
-    }
-    if text.len() == 4
-        && let Ok(y) = text.parse::<i32>()
-        && let Some(d) = NaiveDate::from_ymd_opt(y, 1, 1)
-    {
-        return Ok(Some(
-            d.and_hms_opt(0, 0, 0)
-                .map(|t| t.and_utc())
-                .unwrap_or_default(),
-        ));
-    }
-    Err(format!(
-        "{text:?} is not a time (use RFC 3339 such as 2025-03-10T00:00:00Z, a date 2025-03-10 or a year 2025)"
-    ))
 }
 
 async fn max_short_id(ctx: &datafusion::prelude::SessionContext) -> Result<i64> {

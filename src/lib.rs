@@ -6,22 +6,30 @@
 //!
 //! * [`spec`]: the pipeline spec (TOML) and its checks;
 //! * [`ontology`]: entity and edge types, hierarchies and their rules;
+//! * [`source`]: discovering and parsing episode files into episodes with
+//!   content-hash ids;
 //! * [`add`]: loading known nodes and facts without an LLM;
 //! * [`resolve`]: matching mentions to nodes (name normalisation so far);
 //! * [`store`]: the graph's Delta tables and the commit protocol;
 //! * [`query`]: a DataFusion session over the graph with label functions.
 //!
-//! [`objstore`] is shared plumbing: URLs and object store clients.
+//! [`objstore`] is shared plumbing: URLs and object store clients;
+//! [`values`] checks property values and normalises fact times.
 
 pub mod add;
 pub mod bench;
+pub mod classify;
+pub mod extract;
 pub mod llm;
 pub mod objstore;
 pub mod ontology;
 pub mod query;
 pub mod resolve;
+pub mod run;
+pub mod source;
 pub mod spec;
 pub mod store;
+pub mod values;
 
 /// Errors of any layer, as the command line reports them. Layers with
 /// large errors are boxed so that `Result<T, Error>` stays small.
@@ -41,6 +49,14 @@ pub enum Error {
     Add(Box<add::AddError>),
     #[error(transparent)]
     Llm(Box<llm::LlmError>),
+    #[error(transparent)]
+    Run(Box<run::RunError>),
+}
+
+impl From<run::RunError> for Error {
+    fn from(e: run::RunError) -> Self {
+        Error::Run(Box::new(e))
+    }
 }
 
 impl From<llm::LlmError> for Error {
@@ -78,6 +94,7 @@ impl Error {
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
             Error::Llm(_) => false,
+            Error::Run(e) => matches!(**e, run::RunError::NoSource | run::RunError::Location(_)),
         }
     }
 }

@@ -56,6 +56,28 @@ enum Command {
     /// Work with the ontology of a pipeline spec.
     #[command(subcommand)]
     Ontology(OntologyCommand),
+    /// Build the graph from the pipeline's episodes: extract entities and
+    /// facts with the LLM, classify them into the type hierarchies and
+    /// commit the result as one run.
+    Run {
+        /// Pipeline spec (TOML).
+        pipeline: PathBuf,
+        /// Print the planned calls, tokens and cost; call and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Process at most N new episodes (oldest first).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Neither read nor write the response cache.
+        #[arg(long, conflicts_with = "refresh_cache")]
+        no_cache: bool,
+        /// Ignore cached replies and store fresh ones.
+        #[arg(long)]
+        refresh_cache: bool,
+        /// Write to this graph instead of the spec's output.graph.
+        #[arg(long, value_name = "URL")]
+        graph: Option<String>,
+    },
     /// Load known nodes and facts from a JSON Lines file (no LLM).
     Add {
         /// Pipeline spec (TOML) whose ontology and output graph to use.
@@ -222,6 +244,32 @@ fn init_logging(level: &str) {
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Ontology(OntologyCommand::Check { pipeline }) => ontology_check(&pipeline),
+        Command::Run {
+            pipeline,
+            dry_run,
+            limit,
+            no_cache,
+            refresh_cache,
+            graph,
+        } => {
+            let (spec, ontology) = load_spec(&pipeline)?;
+            let store = open_output(&spec, graph.as_deref())?;
+            let options = graphloom::run::RunOptions {
+                dry_run,
+                limit,
+                cache: if no_cache {
+                    graphloom::llm::CacheMode::Off
+                } else if refresh_cache {
+                    graphloom::llm::CacheMode::Refresh
+                } else {
+                    graphloom::llm::CacheMode::ReadWrite
+                },
+                progress_bar: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            let report = graphloom::run::run(&spec, &ontology, &store, &options).await?;
+            print_run(&spec, &store, &report);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Add {
             pipeline,
             file,
@@ -324,6 +372,70 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunReport) {
+    if r.run.is_none() {
+        out!(
+            "dry run for {}: {} episodes in the source, {} already in the graph, {} to process",
+            store.display_url(),
+            r.episodes_seen,
+            r.episodes_skipped,
+            r.episodes_planned
+        );
+        if let Some(n) = r.failures_by_stage.get("source").filter(|n| **n > 0) {
+            out!("{n} source item(s) could not be read and would be recorded in `failures`");
+        }
+        out!();
+        out_raw!("{}", graphloom::llm::plan::render(&r.plan, &spec.llm));
+        return;
+    }
+    let calls: usize = r.calls_by_stage.values().sum();
+    out!(
+        "run {} on {}: {} episodes in the source, {} already in the graph, {} processed, {} added",
+        r.run.as_ref().map_or("", |x| x.run_id.as_str()),
+        store.display_url(),
+        r.episodes_seen,
+        r.episodes_skipped,
+        r.episodes_planned,
+        r.episodes_added
+    );
+    out!("graph: +{} nodes, +{} edges", r.nodes_added, r.edges_added);
+    let stages: Vec<String> = r
+        .calls_by_stage
+        .iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
+    out!(
+        "llm: {} calls ({} from cache; {}), {:.2} calls per episode, {} prompt + {} completion tokens{}",
+        calls,
+        r.cache_hits,
+        if stages.is_empty() {
+            "none".to_string()
+        } else {
+            stages.join(", ")
+        },
+        r.calls_per_episode(),
+        r.prompt_tokens,
+        r.completion_tokens,
+        r.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
+    );
+    let failures: usize = r.failures_by_stage.values().sum();
+    if failures > 0 {
+        let by: Vec<String> = r
+            .failures_by_stage
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        out!(
+            "failures: {failures} ({}), recorded in `failures`; for example:",
+            by.join(", ")
+        );
+        for f in r.failure_samples.iter().take(5) {
+            out!("  [{}] {}: {}", f.stage, f.item, f.reason);
+        }
+    }
+    out!("took {:.1} s", r.seconds);
 }
 
 fn ontology_check(pipeline: &Path) -> Result<ExitCode, Error> {

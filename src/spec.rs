@@ -52,17 +52,56 @@ pub struct PipelineSpec {
     /// Entity and edge types with their hierarchies.
     #[serde(default)]
     pub ontology: OntologySpec,
+    /// Extraction and classification settings.
+    #[serde(default)]
+    pub extract: crate::extract::ExtractSpec,
 }
 
-/// `[source]`: the archive of episodes.
+/// `[source]`: the archive of episodes (read by [`crate::source::load`]).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSpec {
-    /// Object store URL of a directory (or prefix) holding episode files.
+    /// Object store URL of a directory (or prefix) holding episode files;
+    /// every file below it with the format's extensions is read.
     pub url: String,
     /// File format of the episodes.
     #[serde(default)]
     pub format: SourceFormat,
+    /// Kind of a record that has no `kind` field.
+    #[serde(default)]
+    pub default_kind: crate::source::EpisodeKind,
+    /// Parquet only: record field → column name, e.g.
+    /// `{ content = "body", reference_time = "sent_at" }`. Fields not
+    /// mapped are read from the column of the same name, if present.
+    #[serde(default)]
+    pub columns: BTreeMap<String, String>,
+    /// Text only: target chunk size in tokens (a token is about 4 characters).
+    #[serde(default = "default_chunk_tokens")]
+    pub chunk_tokens: usize,
+    /// Text only: tokens repeated from the end of one chunk at the start of
+    /// the next; less than `chunk_tokens`.
+    #[serde(default = "default_chunk_overlap_tokens")]
+    pub chunk_overlap_tokens: usize,
+    /// Largest record (JSON Lines line, JSON array item, Parquet row, text
+    /// chunk) in bytes; a larger one is a failure, not an episode.
+    #[serde(default = "default_max_record_bytes")]
+    pub max_record_bytes: usize,
+    /// Object store options for the source, like `output.storage_options`.
+    /// Values never appear in logs.
+    #[serde(default)]
+    pub storage_options: BTreeMap<String, String>,
+}
+
+fn default_chunk_tokens() -> usize {
+    400
+}
+
+fn default_chunk_overlap_tokens() -> usize {
+    50
+}
+
+fn default_max_record_bytes() -> usize {
+    1_048_576
 }
 
 /// Episode file formats understood by the source stage.
@@ -362,10 +401,51 @@ impl PipelineSpec {
         if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
             return Err(bad("llm.base_url", "must be an http:// or https:// URL"));
         }
-        if let Some(source) = &self.source
-            && source.url.trim().is_empty()
-        {
-            return Err(bad("source.url", "must not be empty"));
+        if let Some(source) = &self.source {
+            if source.url.trim().is_empty() {
+                return Err(bad("source.url", "must not be empty"));
+            }
+            if !source.columns.is_empty() && source.format != SourceFormat::Parquet {
+                return Err(bad(
+                    "source.columns",
+                    "is only used with source.format = \"parquet\"",
+                ));
+            }
+            for (field, column) in &source.columns {
+                if !crate::source::RECORD_FIELDS.contains(&field.as_str()) {
+                    return Err(bad(
+                        &format!("source.columns.{field}"),
+                        &format!(
+                            "is not a record field (fields: {})",
+                            crate::source::RECORD_FIELDS.join(", ")
+                        ),
+                    ));
+                }
+                if column.trim().is_empty() {
+                    return Err(bad(
+                        &format!("source.columns.{field}"),
+                        "must name a column",
+                    ));
+                }
+            }
+            if !(1..=1_000_000).contains(&source.chunk_tokens) {
+                return Err(bad("source.chunk_tokens", "must be between 1 and 1000000"));
+            }
+            if source.chunk_overlap_tokens >= source.chunk_tokens {
+                return Err(bad(
+                    "source.chunk_overlap_tokens",
+                    &format!(
+                        "must be less than source.chunk_tokens ({})",
+                        source.chunk_tokens
+                    ),
+                ));
+            }
+            if !(1..=1 << 30).contains(&source.max_record_bytes) {
+                return Err(bad(
+                    "source.max_record_bytes",
+                    "must be between 1 and 1073741824 (1 GiB)",
+                ));
+            }
         }
         Ok(())
     }

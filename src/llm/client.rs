@@ -721,7 +721,22 @@ impl LlmClient {
     where
         T: DeserializeOwned + JsonSchema,
     {
-        let schema = reply::schema_for::<T>();
+        self.chat_json_with_schema(req, reply::schema_for::<T>())
+            .await
+    }
+
+    /// Like [`LlmClient::chat_json`] with a schema built by the caller, for
+    /// replies whose allowed values depend on data (type names from the
+    /// ontology, entity names from an episode as enums). The schema must
+    /// describe JSON that deserialises into `T`.
+    pub async fn chat_json_with_schema<T>(
+        &self,
+        req: ChatRequest,
+        schema: Value,
+    ) -> Result<ChatReply<T>, LlmError>
+    where
+        T: DeserializeOwned,
+    {
         let mut level = self.mode.load(Ordering::SeqCst);
         let key_for = |level: u8| {
             cache_key(&json!({
@@ -1019,6 +1034,17 @@ impl LlmClient {
             ));
         }
         Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Calls and tokens so far, for progress displays.
+    pub fn progress(&self) -> (usize, u64) {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let tokens = calls
+            .iter()
+            .filter(|c| !c.cache_hit)
+            .map(|c| (c.prompt_tokens + c.completion_tokens) as u64)
+            .sum();
+        (calls.len(), tokens)
     }
 
     /// The accounting rows so far, leaving none behind.

@@ -9,4 +9,5 @@ mod llm_test_server;
 mod local_llm;
 mod ontology_rules;
 mod slt;
+mod source;
 mod store_protocol;

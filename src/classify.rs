@@ -1,0 +1,481 @@
+//! Classification: the subtype walk. An entity (or fact) typed with a type
+//! that has subtypes is classified one level at a time until no subtype
+//! fits or a leaf is reached. Unlike one call per entity per level, every
+//! item waiting at the same parent type, across episodes, shares one call
+//! (up to `extract.classify_batch_size` items). A type without subtypes
+//! costs no call, and an ontology without hierarchies adds none.
+//!
+//! Entity calls also return the chosen subtype's properties, since a node
+//! keeps the properties of its last type only (no inheritance). For facts,
+//! only subtypes whose own `source_targets` allow the fact's endpoint types
+//! may be chosen; a choice that breaks them leaves the fact at its parent
+//! type and is reported.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::extract::{
+    AttributeOut, ExtractSpec, FactMention, Mention, Rejected, describe_type, typed_attributes,
+};
+use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
+use crate::ontology::Ontology;
+
+/// Version of the classification prompts; part of the cache key.
+pub const PROMPT_VERSION: &str = "classify-v1";
+
+const NONE: &str = "none";
+
+#[derive(Debug, Deserialize)]
+struct ClassifyReply {
+    items: Vec<ItemOut>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ItemOut {
+    id: u64,
+    subtype: String,
+    #[serde(default)]
+    attributes: Vec<AttributeOut>,
+}
+
+/// Counts of a walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalkStats {
+    /// Calls made (cache hits included).
+    pub calls: usize,
+    /// Items that moved down at least one level.
+    pub refined: usize,
+}
+
+struct Batch {
+    parent: String,
+    members: Vec<usize>,
+}
+
+fn batches(waiting: &BTreeMap<String, Vec<usize>>, size: usize) -> Vec<Batch> {
+    let mut out = Vec::new();
+    for (parent, members) in waiting {
+        for chunk in members.chunks(size.max(1)) {
+            out.push(Batch {
+                parent: parent.clone(),
+                members: chunk.to_vec(),
+            });
+        }
+    }
+    out
+}
+
+fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes: bool) -> Value {
+    let mut choices: Vec<String> = subtypes.to_vec();
+    choices.push(NONE.into());
+    let mut item = json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "subtype": {"type": "string", "enum": choices}
+        },
+        "required": ["id", "subtype"],
+        "additionalProperties": false
+    });
+    if with_attributes {
+        let name = if property_names.is_empty() {
+            json!({"type": "string"})
+        } else {
+            json!({"type": "string", "enum": property_names})
+        };
+        item["properties"]["attributes"] = json!({
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"name": name, "value": {"type": "string"}},
+                "required": ["name", "value"],
+                "additionalProperties": false
+            }
+        });
+        item["required"] = json!(["id", "subtype", "attributes"]);
+    }
+    json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": item}},
+        "required": ["items"],
+        "additionalProperties": false
+    })
+}
+
+/// Runs the entity subtype walk over `mentions` in place.
+pub async fn walk_entities(
+    client: &LlmClient,
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    concurrency: usize,
+    mentions: &mut [Mention],
+) -> (WalkStats, Vec<Rejected>) {
+    let mut stats = WalkStats::default();
+    let mut rejected = Vec::new();
+    let mut stopped = vec![false; mentions.len()];
+    let mut refined = vec![false; mentions.len()];
+    loop {
+        let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, m) in mentions.iter().enumerate() {
+            let Some(last) = m.chain.last() else { continue };
+            let has_children = ontology
+                .entity_tree
+                .get(last)
+                .is_some_and(|n| !n.children.is_empty());
+            if has_children && !stopped[i] {
+                waiting.entry(last.clone()).or_default().push(i);
+            }
+        }
+        if waiting.is_empty() {
+            break;
+        }
+        let work = batches(&waiting, spec.classify_batch_size);
+        let requests: Vec<(Batch, ChatRequest, Value)> = work
+            .into_iter()
+            .map(|b| {
+                let (req, schema) = entity_request(ontology, spec, &b, mentions);
+                (b, req, schema)
+            })
+            .collect();
+        let replies: Vec<(Batch, Result<ClassifyReply, LlmError>)> =
+            futures::stream::iter(requests)
+                .map(|(b, req, schema)| async move {
+                    let r = client
+                        .chat_json_with_schema::<ClassifyReply>(req, schema)
+                        .await
+                        .map(|r| r.value);
+                    (b, r)
+                })
+                .buffer_unordered(concurrency.max(1))
+                .collect()
+                .await;
+        for (batch, reply) in replies {
+            stats.calls += 1;
+            let node = ontology.entity_tree.get(&batch.parent);
+            let children: Vec<String> = node.map(|n| n.children.clone()).unwrap_or_default();
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    for &i in &batch.members {
+                        stopped[i] = true;
+                    }
+                    rejected.push(Rejected {
+                        stage: "classify_entities",
+                        episode_id: mentions[batch.members[0]].episode_id.clone(),
+                        reason: format!(
+                            "subtype classification under `{}` failed, {} entities stay at `{}`: {e}",
+                            batch.parent,
+                            batch.members.len(),
+                            batch.parent
+                        ),
+                        excerpt: batch.members.iter().map(|i| mentions[*i].name.clone()).collect::<Vec<_>>().join(", "),
+                    });
+                    continue;
+                }
+            };
+            let mut answered = vec![false; batch.members.len()];
+            for item in reply.items {
+                let Some(pos) = (item.id as usize)
+                    .checked_sub(1)
+                    .filter(|p| *p < batch.members.len())
+                else {
+                    continue;
+                };
+                if answered[pos] {
+                    continue;
+                }
+                answered[pos] = true;
+                let i = batch.members[pos];
+                if item.subtype == NONE || !children.contains(&item.subtype) {
+                    stopped[i] = true;
+                    continue;
+                }
+                let props = ontology
+                    .entity_types
+                    .get(&item.subtype)
+                    .map(|t| t.properties.clone())
+                    .unwrap_or_default();
+                // Properties of the new last type replace the parent's.
+                let mut attributes = typed_attributes(&props, &item.attributes);
+                for (k, v) in &mentions[i].attributes {
+                    if props.iter().any(|p| &p.name == k) {
+                        attributes.entry(k.clone()).or_insert(v.clone());
+                    }
+                }
+                mentions[i].chain.push(item.subtype);
+                mentions[i].attributes = attributes;
+                refined[i] = true;
+            }
+            // Items the reply skipped stay where they are.
+            for (pos, done) in answered.iter().enumerate() {
+                if !done {
+                    stopped[batch.members[pos]] = true;
+                }
+            }
+        }
+    }
+    stats.refined = refined.iter().filter(|r| **r).count();
+    (stats, rejected)
+}
+
+fn entity_request(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    batch: &Batch,
+    mentions: &[Mention],
+) -> (ChatRequest, Value) {
+    let node = ontology.entity_tree.get(&batch.parent);
+    let children: Vec<String> = node.map(|n| n.children.clone()).unwrap_or_default();
+    let mut types = String::new();
+    let mut property_names: Vec<String> = Vec::new();
+    for c in &children {
+        if let Some(t) = ontology.entity_types.get(c) {
+            types.push_str(&describe_type(c, &t.description, &t.properties));
+            types.push('\n');
+            for p in &t.properties {
+                if !property_names.contains(&p.name) {
+                    property_names.push(p.name.clone());
+                }
+            }
+        }
+    }
+    let parent_description = ontology
+        .entity_types
+        .get(&batch.parent)
+        .map(|t| t.description.trim().to_string())
+        .unwrap_or_default();
+    let system = format!(
+        "Each item below is an entity already classified as {parent} ({parent_description}). Choose for each item the subtype of {parent} that fits it, or \"{NONE}\" when no subtype fits or its text does not say enough to tell. The subtypes do not overlap.\n\
+         For the chosen subtype, also give the values of its properties that the item's text states; leave out the rest. Write the JSON compactly on one line.\n\n\
+         SUBTYPES OF {parent}:\n{types}",
+        parent = batch.parent
+    );
+    let mut user = String::new();
+    for (k, &i) in batch.members.iter().enumerate() {
+        let m = &mentions[i];
+        let _ = writeln!(
+            user,
+            "[{}] name: {}\n    text: {}",
+            k + 1,
+            m.name,
+            m.context
+        );
+    }
+    let _ = write!(user, "\nAnswer for every item by its number.");
+    let per_item = 24 + 24 * property_names.len() as u32;
+    (
+        ChatRequest {
+            stage: "classify_entities".into(),
+            item: Some(format!("{} × {}", batch.parent, batch.members.len())),
+            messages: vec![Message::system(system), Message::user(user)],
+            max_tokens: (64 + per_item * batch.members.len() as u32)
+                .min(spec.entity_max_tokens.max(512) * 2),
+            prompt_version: PROMPT_VERSION.into(),
+        },
+        reply_schema(&children, &property_names, true),
+    )
+}
+
+/// Runs the edge subtype walk over `facts` in place; `mentions` gives each
+/// fact's endpoints (by episode).
+pub async fn walk_facts(
+    client: &LlmClient,
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    concurrency: usize,
+    facts: &mut [FactMention],
+    endpoint_types: &dyn Fn(&FactMention) -> (String, String),
+) -> (WalkStats, Vec<Rejected>) {
+    let mut stats = WalkStats::default();
+    let mut rejected = Vec::new();
+    let mut stopped = vec![false; facts.len()];
+    let mut refined = vec![false; facts.len()];
+    loop {
+        let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, f) in facts.iter().enumerate() {
+            if stopped[i] {
+                continue;
+            }
+            let Some(node) = ontology.edge_tree.get(f.relation_type()) else {
+                continue;
+            };
+            if node.children.is_empty() {
+                continue;
+            }
+            let (st, tt) = endpoint_types(f);
+            // Only subtypes whose own source_targets allow this fact count;
+            // with none, the fact stays at its type without a call.
+            if node
+                .children
+                .iter()
+                .any(|c| ontology.edge_allows(c, &st, &tt))
+            {
+                waiting.entry(node.name.clone()).or_default().push(i);
+            } else {
+                stopped[i] = true;
+            }
+        }
+        if waiting.is_empty() {
+            break;
+        }
+        let work = batches(&waiting, spec.classify_batch_size);
+        let requests: Vec<(Batch, ChatRequest, Value)> = work
+            .into_iter()
+            .map(|b| {
+                let (req, schema) = fact_request(ontology, spec, &b, facts, endpoint_types);
+                (b, req, schema)
+            })
+            .collect();
+        let replies: Vec<(Batch, Result<ClassifyReply, LlmError>)> =
+            futures::stream::iter(requests)
+                .map(|(b, req, schema)| async move {
+                    let r = client
+                        .chat_json_with_schema::<ClassifyReply>(req, schema)
+                        .await
+                        .map(|r| r.value);
+                    (b, r)
+                })
+                .buffer_unordered(concurrency.max(1))
+                .collect()
+                .await;
+        for (batch, reply) in replies {
+            stats.calls += 1;
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    for &i in &batch.members {
+                        stopped[i] = true;
+                    }
+                    rejected.push(Rejected {
+                        stage: "classify_facts",
+                        episode_id: facts[batch.members[0]].episode_id.clone(),
+                        reason: format!(
+                            "subtype classification under `{}` failed, {} facts stay at `{}`: {e}",
+                            batch.parent,
+                            batch.members.len(),
+                            batch.parent
+                        ),
+                        excerpt: batch
+                            .members
+                            .iter()
+                            .map(|i| facts[*i].fact.clone())
+                            .collect::<Vec<_>>()
+                            .join(" | "),
+                    });
+                    continue;
+                }
+            };
+            let mut answered = vec![false; batch.members.len()];
+            for item in reply.items {
+                let Some(pos) = (item.id as usize)
+                    .checked_sub(1)
+                    .filter(|p| *p < batch.members.len())
+                else {
+                    continue;
+                };
+                if answered[pos] {
+                    continue;
+                }
+                answered[pos] = true;
+                let i = batch.members[pos];
+                let children = ontology
+                    .edge_tree
+                    .get(&batch.parent)
+                    .map(|n| n.children.clone())
+                    .unwrap_or_default();
+                if item.subtype == NONE || !children.contains(&item.subtype) {
+                    stopped[i] = true;
+                    continue;
+                }
+                let (st, tt) = endpoint_types(&facts[i]);
+                if !ontology.edge_allows(&item.subtype, &st, &tt) {
+                    stopped[i] = true;
+                    rejected.push(Rejected {
+                        stage: "classify_facts",
+                        episode_id: facts[i].episode_id.clone(),
+                        reason: format!(
+                            "subtype `{}` does not allow {st} → {tt} (subtypes do not inherit source_targets); the fact stays `{}`",
+                            item.subtype, batch.parent
+                        ),
+                        excerpt: facts[i].fact.clone(),
+                    });
+                    continue;
+                }
+                facts[i].chain.push(item.subtype);
+                refined[i] = true;
+            }
+            for (pos, done) in answered.iter().enumerate() {
+                if !done {
+                    stopped[batch.members[pos]] = true;
+                }
+            }
+        }
+    }
+    stats.refined = refined.iter().filter(|r| **r).count();
+    (stats, rejected)
+}
+
+fn fact_request(
+    ontology: &Ontology,
+    _spec: &ExtractSpec,
+    batch: &Batch,
+    facts: &[FactMention],
+    endpoint_types: &dyn Fn(&FactMention) -> (String, String),
+) -> (ChatRequest, Value) {
+    let children: Vec<String> = ontology
+        .edge_tree
+        .get(&batch.parent)
+        .map(|n| n.children.clone())
+        .unwrap_or_default();
+    let mut types = String::new();
+    for c in &children {
+        if let Some(t) = ontology.edge_types.get(c) {
+            let pairs: Vec<String> = t
+                .source_targets
+                .iter()
+                .map(|p| format!("{} → {}", p.source, p.target))
+                .collect();
+            let _ = writeln!(
+                types,
+                "- {c}{}: {}",
+                if pairs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", pairs.join(", "))
+                },
+                t.description.trim()
+            );
+        }
+    }
+    let parent_description = ontology
+        .edge_types
+        .get(&batch.parent)
+        .map(|t| t.description.trim().to_string())
+        .unwrap_or_default();
+    let system = format!(
+        "Each item below is a fact already classified as {parent} ({parent_description}). Choose for each fact the subtype of {parent} that fits it, or \"{NONE}\" when no subtype fits or the fact does not say enough to tell. The subtypes do not overlap, and a subtype only applies between the entity types it names.\n\n\
+         SUBTYPES OF {parent}:\n{types}",
+        parent = batch.parent
+    );
+    let mut user = String::new();
+    for (k, &i) in batch.members.iter().enumerate() {
+        let f = &facts[i];
+        let (st, tt) = endpoint_types(f);
+        let _ = writeln!(user, "[{}] ({st} → {tt}) {}", k + 1, f.fact);
+    }
+    let _ = write!(user, "\nAnswer for every item by its number.");
+    (
+        ChatRequest {
+            stage: "classify_facts".into(),
+            item: Some(format!("{} × {}", batch.parent, batch.members.len())),
+            messages: vec![Message::system(system), Message::user(user)],
+            max_tokens: 64 + 32 * batch.members.len() as u32,
+            prompt_version: PROMPT_VERSION.into(),
+        },
+        reply_schema(&children, &[], false),
+    )
+}

@@ -1,0 +1,726 @@
+//! Extraction: one LLM call per episode for its entities (name, top-level
+//! type, that type's properties) and one for the facts between them
+//! (relation type, fact text, valid_at / invalid_at resolved against the
+//! episode's reference time). Subtypes are chosen later, in batches
+//! ([`crate::classify`]).
+//!
+//! Prompts are graphloom's own and hold no examples: examples in a prompt
+//! leak into small models' answers. Allowed type names and, for facts, the
+//! episode's entity names are enums in the reply schema, so a
+//! schema-constrained decoder cannot invent them; replies are still checked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
+use crate::ontology::{ENTITY_LABEL, Ontology, PropertySpec, is_relation_type_name};
+use crate::resolve::normalize_name;
+use crate::source::Episode;
+use crate::values::{coerce_text, parse_time};
+
+/// Version of the extraction prompts; part of the cache key.
+pub const PROMPT_VERSION: &str = "extract-v1";
+
+/// `[extract]` settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExtractSpec {
+    /// Earlier episodes of the same document given as context.
+    pub context_episodes: usize,
+    /// Characters of each context episode shown.
+    pub context_chars: usize,
+    /// Extra instructions added to the extraction prompts.
+    pub custom_instructions: String,
+    /// Entities (or facts) per subtype-classification call.
+    pub classify_batch_size: usize,
+    /// Bound on the entity reply.
+    pub entity_max_tokens: u32,
+    /// Bound on the fact reply.
+    pub fact_max_tokens: u32,
+    /// Time budget of one call, retries included, in seconds.
+    pub call_budget_secs: u64,
+    /// Most entities kept from one episode.
+    pub max_entities_per_episode: usize,
+}
+
+impl Default for ExtractSpec {
+    fn default() -> Self {
+        ExtractSpec {
+            context_episodes: 3,
+            context_chars: 1_200,
+            custom_instructions: String::new(),
+            classify_batch_size: 16,
+            entity_max_tokens: 1_200,
+            fact_max_tokens: 1_600,
+            call_budget_secs: 300,
+            max_entities_per_episode: 40,
+        }
+    }
+}
+
+/// One entity found in one episode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mention {
+    /// Episode it was found in.
+    pub episode_id: String,
+    /// Name as written.
+    pub name: String,
+    /// Type chain, top-level first; empty for the generic `Entity`.
+    pub chain: Vec<String>,
+    /// Properties of the last type in the chain.
+    pub attributes: Map<String, Value>,
+    /// The part of the episode around the name, for classification.
+    pub context: String,
+}
+
+impl Mention {
+    /// The last type of the chain, or `Entity`.
+    pub fn type_name(&self) -> &str {
+        self.chain.last().map_or(ENTITY_LABEL, String::as_str)
+    }
+}
+
+/// One fact found in one episode, between two of its mentions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactMention {
+    /// Episode it was found in.
+    pub episode_id: String,
+    /// Index of the source mention in the episode's mentions.
+    pub source: usize,
+    /// Index of the target mention.
+    pub target: usize,
+    /// Relation type chain (declared types) or a single derived type.
+    pub chain: Vec<String>,
+    /// Paraphrased fact.
+    pub fact: String,
+    /// When the fact started to hold.
+    pub valid_at: Option<DateTime<Utc>>,
+    /// When it stopped holding.
+    pub invalid_at: Option<DateTime<Utc>>,
+}
+
+impl FactMention {
+    /// The relation type stored on the edge: the last type of the chain.
+    pub fn relation_type(&self) -> &str {
+        self.chain.last().map_or("RELATES_TO", String::as_str)
+    }
+}
+
+/// Something an extraction dropped, for a `failures` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Stage that dropped it.
+    pub stage: &'static str,
+    /// Episode concerned.
+    pub episode_id: String,
+    /// Why.
+    pub reason: String,
+    /// What the model wrote.
+    pub excerpt: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct EntityReply {
+    entities: Vec<EntityOut>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EntityOut {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    attributes: Vec<AttributeOut>,
+}
+
+/// A property value as a model writes it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AttributeOut {
+    /// Property name.
+    pub name: String,
+    /// Value as text.
+    pub value: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct FactReply {
+    facts: Vec<FactOut>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FactOut {
+    source: String,
+    target: String,
+    relation_type: String,
+    fact: String,
+    valid_at: Option<String>,
+    invalid_at: Option<String>,
+}
+
+/// Describes types for a prompt: name, description and properties.
+pub fn describe_type(name: &str, description: &str, properties: &[PropertySpec]) -> String {
+    let mut out = format!("- {name}: {}", description.trim());
+    if !properties.is_empty() {
+        let props: Vec<String> = properties
+            .iter()
+            .map(|p| {
+                if p.description.is_empty() {
+                    format!("{} ({})", p.name, p.kind)
+                } else {
+                    format!("{} ({}): {}", p.name, p.kind, p.description.trim())
+                }
+            })
+            .collect();
+        let _ = write!(out, "\n  properties: {}", props.join("; "));
+    }
+    out
+}
+
+/// Keeps the attributes a model gave that are properties of `properties`,
+/// coerced to their kind; the rest are dropped.
+pub fn typed_attributes(properties: &[PropertySpec], given: &[AttributeOut]) -> Map<String, Value> {
+    let mut out = Map::new();
+    for a in given {
+        let Some(p) = properties.iter().find(|p| p.name == a.name) else {
+            continue;
+        };
+        if let Some(v) = coerce_text(p.kind, &a.value) {
+            out.entry(p.name.clone()).or_insert(v);
+        }
+    }
+    out
+}
+
+/// The part of `content` around the first occurrence of `name` (case
+/// insensitive), about `width` characters on each side.
+pub fn context_of(content: &str, name: &str, width: usize) -> String {
+    let lower = content.to_lowercase();
+    let chars: Vec<char> = content.chars().collect();
+    let at = lower
+        .find(&name.to_lowercase())
+        .map(|byte| lower[..byte].chars().count())
+        .unwrap_or(0);
+    let start = at.saturating_sub(width);
+    let end = (at + name.chars().count() + width).min(chars.len());
+    let mut s: String = chars[start..end].iter().collect();
+    s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if start > 0 {
+        s.insert_str(0, "… ");
+    }
+    if end < chars.len() {
+        s.push_str(" …");
+    }
+    s
+}
+
+fn episode_block(episode: &Episode, context: &[&Episode], context_chars: usize) -> String {
+    let mut out = String::new();
+    if !context.is_empty() {
+        out.push_str("<PREVIOUS EPISODES>\n");
+        for c in context {
+            let text: String = c.content.chars().take(context_chars).collect();
+            let _ = writeln!(
+                out,
+                "[{}] {}",
+                c.reference_time.format("%Y-%m-%dT%H:%M:%SZ"),
+                text.trim()
+            );
+        }
+        out.push_str("</PREVIOUS EPISODES>\n\n");
+    }
+    let _ = writeln!(
+        out,
+        "<CURRENT EPISODE kind=\"{}\"{}>\n{}\n</CURRENT EPISODE>",
+        episode.kind.as_str(),
+        episode
+            .source_description
+            .as_deref()
+            .map(|d| format!(" source=\"{d}\""))
+            .unwrap_or_default(),
+        episode.content.trim()
+    );
+    let _ = write!(
+        out,
+        "\nREFERENCE TIME (when the current episode was written): {}",
+        episode.reference_time.format("%Y-%m-%dT%H:%M:%SZ")
+    );
+    out
+}
+
+fn custom(spec: &ExtractSpec) -> String {
+    if spec.custom_instructions.trim().is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n\nAdditional instructions:\n{}",
+            spec.custom_instructions.trim()
+        )
+    }
+}
+
+/// The prompt, schema and bound of an entity call (also used by the dry run).
+pub fn entity_request(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    episode: &Episode,
+    context: &[&Episode],
+) -> (ChatRequest, Value) {
+    let tops: Vec<&crate::ontology::TypeNode> = ontology.entity_tree.top_level().collect();
+    let mut types = String::new();
+    let mut type_names: Vec<String> = Vec::new();
+    let mut property_names: Vec<String> = Vec::new();
+    for t in &tops {
+        if let Some(spec) = ontology.entity_types.get(&t.name) {
+            types.push_str(&describe_type(&t.name, &spec.description, &spec.properties));
+            types.push('\n');
+            type_names.push(t.name.clone());
+            for p in &spec.properties {
+                if !property_names.contains(&p.name) {
+                    property_names.push(p.name.clone());
+                }
+            }
+        }
+    }
+    type_names.push(ENTITY_LABEL.to_string());
+    let system = format!(
+        "You read one episode from an organisation's records (an email, a chat message, a document chunk or a data record) and list the named entities it mentions.\n\
+         Rules:\n\
+         - List each distinct entity once, under the most complete name the current episode gives it, written exactly as in the text (keep codes and numbers such as order numbers).\n\
+         - Only entities named or uniquely identified in the CURRENT EPISODE. Previous episodes only help to resolve pronouns and short references.\n\
+         - Dates, amounts, quantities and generic nouns are not entities. Never use a type name as an entity name.\n\
+         - type: the entity type whose description fits; {ENTITY_LABEL} when none fits.\n\
+         - attributes: values of that type's properties that the episode states; leave out what it does not state.\n\
+         - Write the JSON compactly on one line.\n\n\
+         ENTITY TYPES:\n{types}{}",
+        custom(spec)
+    );
+    let user = episode_block(episode, context, spec.context_chars);
+    let attribute_name = if property_names.is_empty() {
+        json!({"type": "string"})
+    } else {
+        json!({"type": "string", "enum": property_names})
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "entities": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "type": {"type": "string", "enum": type_names},
+                        "attributes": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {"name": attribute_name, "value": {"type": "string"}},
+                                "required": ["name", "value"],
+                                "additionalProperties": false
+                            }
+                        }
+                    },
+                    "required": ["name", "type", "attributes"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["entities"],
+        "additionalProperties": false
+    });
+    (
+        ChatRequest {
+            stage: "extract_entities".into(),
+            item: Some(episode.episode_id.clone()),
+            messages: vec![Message::system(system), Message::user(user)],
+            max_tokens: spec.entity_max_tokens,
+            prompt_version: PROMPT_VERSION.into(),
+        },
+        schema,
+    )
+}
+
+async fn within_budget<T>(
+    spec: &ExtractSpec,
+    stage: &str,
+    call: impl std::future::Future<Output = Result<T, LlmError>>,
+) -> Result<T, LlmError> {
+    match tokio::time::timeout(Duration::from_secs(spec.call_budget_secs), call).await {
+        Ok(r) => r,
+        Err(_) => Err(LlmError::Exhausted {
+            stage: stage.to_string(),
+            attempts: 0,
+            last: format!(
+                "the call ran past its time budget of {} s (extract.call_budget_secs)",
+                spec.call_budget_secs
+            ),
+        }),
+    }
+}
+
+/// Extracts the entities of one episode. Returns its mentions (top-level
+/// types only) and what was dropped.
+pub async fn extract_entities(
+    client: &LlmClient,
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    episode: &Episode,
+    context: &[&Episode],
+) -> Result<(Vec<Mention>, Vec<Rejected>), LlmError> {
+    let (request, schema) = entity_request(ontology, spec, episode, context);
+    let reply = within_budget(
+        spec,
+        "extract_entities",
+        client.chat_json_with_schema::<EntityReply>(request, schema),
+    )
+    .await?;
+    let mut mentions: Vec<Mention> = Vec::new();
+    let mut rejected = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let type_words: Vec<String> = ontology
+        .entity_types
+        .keys()
+        .map(|k| normalize_name(k))
+        .collect();
+    for e in reply.value.entities {
+        let name = e
+            .name
+            .trim()
+            .trim_matches(|c: char| c == '"' || c == '\'')
+            .trim()
+            .to_string();
+        let normalized = normalize_name(&name);
+        let reject = |reason: String| Rejected {
+            stage: "extract_entities",
+            episode_id: episode.episode_id.clone(),
+            reason,
+            excerpt: format!("{} ({})", e.name, e.kind),
+        };
+        if normalized.is_empty() {
+            rejected.push(reject("entity with an empty name".into()));
+            continue;
+        }
+        // Small models list dates and amounts despite the rules.
+        if parse_time(Some(&name)).is_ok_and(|t| t.is_some())
+            || !name.chars().any(char::is_alphabetic)
+        {
+            rejected.push(reject(format!(
+                "`{name}` is a date or a number, not an entity"
+            )));
+            continue;
+        }
+        if type_words.contains(&normalized) || normalized == normalize_name(ENTITY_LABEL) {
+            rejected.push(reject(format!("entity named after a type: `{name}`")));
+            continue;
+        }
+        let chain = match ontology.entity_tree.get(&e.kind) {
+            Some(node) if node.parent.is_none() => vec![e.kind.clone()],
+            _ if e.kind == ENTITY_LABEL => Vec::new(),
+            _ => {
+                rejected.push(reject(format!(
+                    "unknown top-level type `{}`; kept as {ENTITY_LABEL}",
+                    e.kind
+                )));
+                Vec::new()
+            }
+        };
+        if chain.is_empty() && ontology.strict {
+            rejected.push(reject(format!(
+                "`{name}` fits no declared type and ontology.strict is set"
+            )));
+            continue;
+        }
+        // Exact duplicates within one episode collapse into the first.
+        if let Some(i) = seen.get(&normalized) {
+            let first = &mut mentions[*i];
+            if first.chain.is_empty() && !chain.is_empty() {
+                first.chain = chain;
+            }
+            continue;
+        }
+        if mentions.len() >= spec.max_entities_per_episode {
+            rejected.push(reject(format!(
+                "more than {} entities in one episode",
+                spec.max_entities_per_episode
+            )));
+            continue;
+        }
+        let attributes = chain
+            .last()
+            .and_then(|t| ontology.entity_types.get(t))
+            .map(|t| typed_attributes(&t.properties, &e.attributes))
+            .unwrap_or_default();
+        seen.insert(normalized, mentions.len());
+        mentions.push(Mention {
+            episode_id: episode.episode_id.clone(),
+            context: context_of(&episode.content, &name, 160),
+            name,
+            chain,
+            attributes,
+        });
+    }
+    Ok((mentions, rejected))
+}
+
+/// The prompt, schema and bound of a fact call.
+pub fn fact_request(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    episode: &Episode,
+    context: &[&Episode],
+    mentions: &[Mention],
+) -> (ChatRequest, Value) {
+    let mut types = String::new();
+    for t in ontology.edge_tree.top_level() {
+        if let Some(et) = ontology.edge_types.get(&t.name) {
+            let pairs: Vec<String> = et
+                .source_targets
+                .iter()
+                .map(|p| format!("{} → {}", p.source, p.target))
+                .collect();
+            let _ = writeln!(
+                types,
+                "- {}{}: {}",
+                t.name,
+                if pairs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", pairs.join(", "))
+                },
+                et.description.trim()
+            );
+        }
+    }
+    let entities: String = mentions
+        .iter()
+        .map(|m| format!("- {} ({})\n", m.name, m.type_name()))
+        .collect();
+    let names: Vec<&str> = mentions.iter().map(|m| m.name.as_str()).collect();
+    let system = format!(
+        "You read one episode from an organisation's records and the list of entities found in it, and state the facts the episode gives about relationships between two of those entities.\n\
+         Rules:\n\
+         - source and target: names copied exactly from ENTITIES; two different entities.\n\
+         - relation_type: one of the FACT TYPES when it fits, with the source and target types it names; otherwise a short verb phrase in SCREAMING_SNAKE_CASE.\n\
+         - fact: one sentence that paraphrases what the episode says, using entity names instead of pronouns.\n\
+         - valid_at: when the relationship started to hold; invalid_at: when it stopped. Resolve relative dates (such as last Tuesday or next month) against the REFERENCE TIME. Write ISO 8601 in UTC, e.g. YYYY-MM-DDTHH:MM:SSZ; a date alone means 00:00:00Z, a year alone January 1st. When the episode states the relationship as currently true without a start, use the reference time as valid_at. Use null when the episode gives no time.\n\
+         - Only facts the current episode states or clearly implies; previous episodes only help to resolve references. No duplicates.\n\
+         - Write the JSON compactly on one line.\n\n\
+         FACT TYPES:\n{types}{}",
+        custom(spec)
+    );
+    let user = format!(
+        "ENTITIES:\n{entities}\n{}",
+        episode_block(episode, context, spec.context_chars)
+    );
+    let time = json!({"anyOf": [{"type": "string"}, {"type": "null"}]});
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "facts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "source": {"type": "string", "enum": names},
+                        "target": {"type": "string", "enum": names},
+                        "relation_type": {"type": "string"},
+                        "fact": {"type": "string"},
+                        "valid_at": time,
+                        "invalid_at": time
+                    },
+                    "required": ["source", "target", "relation_type", "fact", "valid_at", "invalid_at"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["facts"],
+        "additionalProperties": false
+    });
+    (
+        ChatRequest {
+            stage: "extract_facts".into(),
+            item: Some(episode.episode_id.clone()),
+            messages: vec![Message::system(system), Message::user(user)],
+            max_tokens: spec.fact_max_tokens,
+            prompt_version: PROMPT_VERSION.into(),
+        },
+        schema,
+    )
+}
+
+/// Turns what a model wrote as a relation type into SCREAMING_SNAKE_CASE.
+pub fn relation_type_of(text: &str) -> String {
+    let mut out = String::new();
+    let mut gap = false;
+    for c in text.trim().chars() {
+        if c.is_ascii_alphanumeric() {
+            if gap && !out.is_empty() {
+                out.push('_');
+            }
+            gap = false;
+            out.push(c.to_ascii_uppercase());
+        } else {
+            gap = true;
+        }
+    }
+    if out.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        out.insert_str(0, "R_");
+    }
+    out
+}
+
+/// Extracts the facts of one episode between its mentions. An episode with
+/// fewer than two mentions makes no call.
+pub async fn extract_facts(
+    client: &LlmClient,
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    episode: &Episode,
+    context: &[&Episode],
+    mentions: &[Mention],
+) -> Result<(Vec<FactMention>, Vec<Rejected>), LlmError> {
+    if mentions.len() < 2 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let (request, schema) = fact_request(ontology, spec, episode, context, mentions);
+    let reply = within_budget(
+        spec,
+        "extract_facts",
+        client.chat_json_with_schema::<FactReply>(request, schema),
+    )
+    .await?;
+    let by_name: HashMap<String, usize> = mentions
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (normalize_name(&m.name), i))
+        .collect();
+    let mut facts = Vec::new();
+    let mut rejected = Vec::new();
+    let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
+    for f in reply.value.facts {
+        let reject = |reason: String| Rejected {
+            stage: "extract_facts",
+            episode_id: episode.episode_id.clone(),
+            reason,
+            excerpt: format!(
+                "{} -[{}]-> {}: {}",
+                f.source, f.relation_type, f.target, f.fact
+            ),
+        };
+        let (Some(&s), Some(&t)) = (
+            by_name.get(&normalize_name(&f.source)),
+            by_name.get(&normalize_name(&f.target)),
+        ) else {
+            let missing = if by_name.contains_key(&normalize_name(&f.source)) {
+                &f.target
+            } else {
+                &f.source
+            };
+            rejected.push(reject(format!(
+                "`{missing}` is not in the episode's entity list"
+            )));
+            continue;
+        };
+        if s == t {
+            rejected.push(reject("a fact needs two distinct entities".into()));
+            continue;
+        }
+        let text = f.fact.trim();
+        if text.is_empty() {
+            rejected.push(reject("empty fact text".into()));
+            continue;
+        }
+        let mut relation = relation_type_of(&f.relation_type);
+        if relation.is_empty() || !is_relation_type_name(&relation) {
+            relation = "RELATES_TO".into();
+        }
+        let (mut s, mut t) = (s, t);
+        if let Some(node) = ontology.edge_tree.get(&relation) {
+            let (st, tt) = (mentions[s].type_name(), mentions[t].type_name());
+            if !ontology.edge_allows(&relation, st, tt) {
+                if ontology.edge_allows(&relation, tt, st) {
+                    // Small models often reverse a direction they clearly
+                    // mean; the declared signature settles it.
+                    std::mem::swap(&mut s, &mut t);
+                } else {
+                    rejected.push(reject(format!(
+                        "`{relation}` does not allow {st} → {tt}; fact dropped"
+                    )));
+                    continue;
+                }
+            }
+            if node.parent.is_some() {
+                // A subtype named directly still gets its whole chain.
+                relation = node.name.clone();
+            }
+        }
+        let chain = ontology
+            .edge_tree
+            .chain(&relation)
+            .unwrap_or_else(|| vec![relation.clone()]);
+        let parse = |v: &Option<String>| {
+            v.as_deref()
+                .map(|x| parse_time(Some(x)).ok().flatten())
+                .unwrap_or(None)
+        };
+        let (valid_at, mut invalid_at) = (parse(&f.valid_at), parse(&f.invalid_at));
+        if let (Some(v), Some(i)) = (valid_at, invalid_at)
+            && i < v
+        {
+            invalid_at = None;
+        }
+        let key = (
+            s,
+            t,
+            chain.last().cloned().unwrap_or_default(),
+            normalize_name(text),
+        );
+        if seen.insert(key, ()).is_some() {
+            continue;
+        }
+        facts.push(FactMention {
+            episode_id: episode.episode_id.clone(),
+            source: s,
+            target: t,
+            chain,
+            fact: text.to_string(),
+            valid_at,
+            invalid_at,
+        });
+    }
+    Ok((facts, rejected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relation_types_become_screaming_snake_case() {
+        assert_eq!(relation_type_of("works for"), "WORKS_FOR");
+        assert_eq!(relation_type_of("signed-by"), "SIGNED_BY");
+        assert_eq!(relation_type_of("EMPLOYED_BY"), "EMPLOYED_BY");
+        assert_eq!(relation_type_of("3rd party of"), "R_3RD_PARTY_OF");
+        assert_eq!(relation_type_of("  "), "");
+    }
+
+    #[test]
+    fn context_is_cut_around_the_name() {
+        let text = format!(
+            "{} Acme Corp sent PO-4471 {}",
+            "a ".repeat(200),
+            "b ".repeat(200)
+        );
+        let c = context_of(&text, "po-4471", 20);
+        assert!(
+            c.contains("PO-4471") && c.starts_with("… ") && c.ends_with(" …"),
+            "{c}"
+        );
+        assert!(c.chars().count() < 80);
+    }
+}

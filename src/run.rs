@@ -1,0 +1,841 @@
+//! A run (`graphloom run`): source → anti-join with committed episodes →
+//! entity extraction → entity subtype walk → fact extraction → edge subtype
+//! walk → in-run merge → one commit. Every episode ends either in
+//! `episodes` and the graph, or in `failures` with its reason (and is
+//! retried by the next run, since it is not in `episodes`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use chrono::Utc;
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+use serde_json::{Map, Value};
+
+use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
+use crate::llm::plan::StagePlan;
+use crate::llm::{CacheMode, LlmClient, LlmError, ResponseCache};
+use crate::ontology::Ontology;
+use crate::resolve::normalize_name;
+use crate::source::{self, Episode, SourceError};
+use crate::spec::PipelineSpec;
+use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeLabelRow, NodeRow};
+use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
+
+/// Errors that stop a run (bad items are `failures` rows instead).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The spec has no `[source]`.
+    #[error(
+        "the pipeline has no [source] table: `graphloom run` needs source.url and source.format"
+    )]
+    NoSource,
+    /// The source could not be read at all.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The graph could not be read or written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The LLM client could not be set up.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// The cache location is unusable.
+    #[error(transparent)]
+    Location(#[from] crate::objstore::LocationError),
+    /// A query over the committed graph failed.
+    #[error(transparent)]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+}
+
+/// Options of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Plan and print, call nothing, write nothing.
+    pub dry_run: bool,
+    /// Process at most this many new episodes (oldest first).
+    pub limit: Option<usize>,
+    /// How the response cache is used.
+    pub cache: CacheMode,
+    /// Show a progress bar (a terminal) instead of log lines.
+    pub progress_bar: bool,
+}
+
+/// What a run did (or, for a dry run, would do).
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    /// The committed runs row (none for a dry run).
+    pub run: Option<RunRow>,
+    /// Episodes read from the source.
+    pub episodes_seen: usize,
+    /// Already committed, skipped.
+    pub episodes_skipped: usize,
+    /// New episodes this run took on (after `--limit`).
+    pub episodes_planned: usize,
+    /// Episodes committed with their entities and facts.
+    pub episodes_added: usize,
+    /// Failure rows written, by stage.
+    pub failures_by_stage: BTreeMap<String, usize>,
+    /// A few failures, for the summary.
+    pub failure_samples: Vec<FailureRow>,
+    /// Nodes and edges written.
+    pub nodes_added: usize,
+    /// Edges written.
+    pub edges_added: usize,
+    /// LLM calls by stage (hits included).
+    pub calls_by_stage: BTreeMap<String, usize>,
+    /// Calls answered by the cache.
+    pub cache_hits: usize,
+    /// Tokens sent and received (hits excluded).
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Cost when prices are set.
+    pub cost_usd: Option<f64>,
+    /// The plan (dry run).
+    pub plan: Vec<StagePlan>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl RunReport {
+    /// LLM calls per processed episode.
+    pub fn calls_per_episode(&self) -> f64 {
+        let calls: usize = self.calls_by_stage.values().sum();
+        calls as f64 / self.episodes_planned.max(1) as f64
+    }
+}
+
+/// Ids among `candidates` that are not in the committed `episodes` table:
+/// a DataFusion anti-join, so a re-run does no work and a grown archive
+/// only processes what is new.
+pub async fn new_episode_ids(
+    ctx: &SessionContext,
+    candidates: &[String],
+) -> Result<HashSet<String>, RunError> {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "episode_id",
+        DataType::Utf8,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(candidates.to_vec()))],
+    )
+    .map_err(datafusion::error::DataFusionError::from)?;
+    let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])?;
+    let _ = ctx.deregister_table("run_candidates");
+    ctx.register_table("run_candidates", Arc::new(table))?;
+    let batches = ctx
+        .sql("SELECT c.episode_id FROM run_candidates c LEFT ANTI JOIN episodes e ON c.episode_id = e.episode_id")
+        .await?
+        .collect()
+        .await?;
+    let mut out = HashSet::new();
+    for b in batches {
+        let ids = b.column(0).as_string::<i32>();
+        out.extend(ids.iter().flatten().map(str::to_string));
+    }
+    Ok(out)
+}
+
+/// Earlier episodes of the same document, most recent last.
+fn context_for<'a>(all: &'a [Episode], index: usize, n: usize) -> Vec<&'a Episode> {
+    let ep = &all[index];
+    let Some(doc) = &ep.document_id else {
+        return Vec::new();
+    };
+    let mut earlier: Vec<&Episode> = all[..index]
+        .iter()
+        .filter(|e| e.document_id.as_ref() == Some(doc) && e.group_id == ep.group_id)
+        .collect();
+    let skip = earlier.len().saturating_sub(n);
+    earlier.drain(..skip);
+    earlier
+}
+
+/// Progress of one phase: a bar on a terminal, log lines otherwise.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    name: &'static str,
+    total: usize,
+    done: usize,
+    last_log: Instant,
+}
+
+impl Progress {
+    fn new(name: &'static str, total: usize, show_bar: bool) -> Self {
+        let bar = show_bar.then(|| {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{prefix:>18} [{bar:30}] {pos}/{len} {msg} (eta {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(name);
+            bar
+        });
+        Progress {
+            bar,
+            name,
+            total,
+            done: 0,
+            last_log: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, client: &LlmClient, failures: usize) {
+        self.done += 1;
+        let (calls, tokens) = client.progress();
+        let msg = format!("calls {calls}, tokens {tokens}, failures {failures}");
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(self.done as u64);
+                bar.set_message(msg);
+            }
+            None => {
+                if self.done == self.total || self.last_log.elapsed().as_secs() >= 10 {
+                    self.last_log = Instant::now();
+                    tracing::info!(
+                        "{}: {}/{} episodes, {msg}",
+                        self.name,
+                        self.done,
+                        self.total
+                    );
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish();
+        }
+    }
+}
+
+fn rejected_row(r: &Rejected, run_id: &str, by_id: &HashMap<&str, &Episode>) -> FailureRow {
+    let ep = by_id.get(r.episode_id.as_str());
+    FailureRow {
+        failure_id: uuid::Uuid::now_v7().to_string(),
+        run_id: run_id.to_string(),
+        stage: r.stage.to_string(),
+        item: ep.map_or_else(|| r.episode_id.clone(), |e| e.source_uri.clone()),
+        source_uri: ep.map(|e| e.source_uri.clone()),
+        line: None,
+        episode_id: Some(r.episode_id.clone()),
+        reason: r.reason.clone(),
+        excerpt: Some(r.excerpt.chars().take(300).collect()),
+        created_at: Utc::now(),
+    }
+}
+
+/// Plans the calls of a run over `episodes` without calling anything.
+pub fn plan(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    all: &[Episode],
+    todo: &[usize],
+) -> Vec<StagePlan> {
+    // Entity and fact calls are one per episode; the walks depend on what
+    // extraction finds, so they are bounded with an assumed 6 entities and
+    // 4 facts per episode.
+    const ENTITIES_PER_EPISODE: u64 = 6;
+    const FACTS_PER_EPISODE: u64 = 4;
+    let n = todo.len() as u64;
+    let mut entity = StagePlan {
+        stage: "extract_entities".into(),
+        calls: n,
+        ..StagePlan::default()
+    };
+    let mut fact = StagePlan {
+        stage: "extract_facts (≤)".into(),
+        calls: n,
+        ..StagePlan::default()
+    };
+    for &i in todo {
+        let context = context_for(all, i, spec.context_episodes);
+        let (req, _) = extract::entity_request(ontology, spec, &all[i], &context);
+        let prompt = crate::llm::client::estimate_tokens(&req.messages);
+        entity.prompt_tokens += prompt;
+        entity.max_completion_tokens += req.max_tokens as u64;
+        // The fact prompt carries the episode plus the entity list.
+        fact.prompt_tokens += prompt + ENTITIES_PER_EPISODE * 8;
+        fact.max_completion_tokens += spec.fact_max_tokens as u64;
+    }
+    let mut stages = vec![entity];
+    let levels = |tree: &crate::ontology::TypeTree| {
+        tree.iter().filter(|t| !t.children.is_empty()).count() as u64
+    };
+    let batch = spec.classify_batch_size.max(1) as u64;
+    let entity_parents = levels(&ontology.entity_tree);
+    if entity_parents > 0 && n > 0 {
+        let calls = (n * ENTITIES_PER_EPISODE)
+            .div_ceil(batch)
+            .min(n * ENTITIES_PER_EPISODE)
+            * entity_parents;
+        stages.push(StagePlan {
+            stage: "classify_entities (≤)".into(),
+            calls,
+            prompt_tokens: calls * (400 + batch * 80),
+            max_completion_tokens: calls * (64 + batch * 100),
+        });
+    }
+    stages.push(fact);
+    let edge_parents = levels(&ontology.edge_tree);
+    if edge_parents > 0 && n > 0 {
+        let calls = (n * FACTS_PER_EPISODE)
+            .div_ceil(batch)
+            .min(n * FACTS_PER_EPISODE)
+            * edge_parents;
+        stages.push(StagePlan {
+            stage: "classify_facts (≤)".into(),
+            calls,
+            prompt_tokens: calls * (300 + batch * 50),
+            max_completion_tokens: calls * (64 + batch * 32),
+        });
+    }
+    stages
+}
+
+/// One node being built from mentions of this run.
+struct NodeDraft {
+    row: NodeRow,
+    chain: Vec<String>,
+}
+
+fn compatible(a: &[String], b: &[String]) -> bool {
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
+
+/// Runs the pipeline.
+pub async fn run(
+    spec: &PipelineSpec,
+    ontology: &Ontology,
+    store: &GraphStore,
+    options: &RunOptions,
+) -> Result<RunReport, RunError> {
+    let started = Instant::now();
+    let source_spec = spec.source.as_ref().ok_or(RunError::NoSource)?;
+    let group_id = &spec.output.group_id;
+    let loaded = source::load(source_spec, group_id, &spec.output.storage_options).await?;
+    let mut report = RunReport {
+        episodes_seen: loaded.episodes.len(),
+        ..RunReport::default()
+    };
+    let ids: Vec<String> = loaded
+        .episodes
+        .iter()
+        .map(|e| e.episode_id.clone())
+        .collect();
+
+    if options.dry_run {
+        let snapshot = store.snapshot().await?;
+        let ctx = SessionContext::new();
+        snapshot.register(&ctx).await?;
+        let fresh = new_episode_ids(&ctx, &ids).await?;
+        let mut todo: Vec<usize> = (0..loaded.episodes.len())
+            .filter(|i| fresh.contains(&ids[*i]))
+            .collect();
+        report.episodes_skipped = loaded.episodes.len() - todo.len();
+        if let Some(limit) = options.limit {
+            todo.truncate(limit);
+        }
+        report.episodes_planned = todo.len();
+        report.plan = plan(ontology, &spec.extract, &loaded.episodes, &todo);
+        *report.failures_by_stage.entry("source".into()).or_default() += loaded.failures.len();
+        report.seconds = started.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+
+    let mut tx = store.begin("run", group_id).await?;
+    let outcome = execute(
+        spec,
+        ontology,
+        store,
+        options,
+        &loaded,
+        &ids,
+        &mut tx,
+        &mut report,
+    )
+    .await;
+    match outcome {
+        Ok((writes, stats)) => {
+            for (table, mode, batch) in writes {
+                tx.stage(table, mode, vec![batch]);
+            }
+            let run = tx.commit(stats).await?;
+            report.run = Some(run);
+            report.seconds = started.elapsed().as_secs_f64();
+            Ok(report)
+        }
+        Err(e) => {
+            tx.fail(&e.to_string(), RunStats::default()).await.ok();
+            Err(e)
+        }
+    }
+}
+
+type Writes = Vec<(Table, WriteMode, RecordBatch)>;
+
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    spec: &PipelineSpec,
+    ontology: &Ontology,
+    store: &GraphStore,
+    options: &RunOptions,
+    loaded: &source::Loaded,
+    ids: &[String],
+    tx: &mut crate::store::Transaction,
+    report: &mut RunReport,
+) -> Result<(Writes, RunStats), RunError> {
+    let run_id = tx.run_id().to_string();
+    let ctx = tx.base_context().await?;
+    let fresh = new_episode_ids(&ctx, ids).await?;
+    let all = &loaded.episodes;
+    let mut todo: Vec<usize> = (0..all.len())
+        .filter(|i| fresh.contains(&ids[*i]))
+        .collect();
+    report.episodes_skipped = all.len() - todo.len();
+    if let Some(limit) = options.limit {
+        todo.truncate(limit);
+    }
+    report.episodes_planned = todo.len();
+    let by_id: HashMap<&str, &Episode> = all.iter().map(|e| (e.episode_id.as_str(), e)).collect();
+    let mut failures: Vec<FailureRow> = loaded
+        .failures
+        .iter()
+        .map(|f| f.to_row(&run_id, Utc::now()))
+        .collect();
+
+    let cache = if spec.llm.cache && options.cache != CacheMode::Off {
+        let location = match &spec.llm.cache_url {
+            Some(u) => u.clone(),
+            None => format!("{}_cache/llm/", store.url()),
+        };
+        Some(ResponseCache::open(
+            &location,
+            &spec.output.storage_options,
+            options.cache,
+        )?)
+    } else {
+        None
+    };
+    let client = LlmClient::new(&spec.llm, cache, &run_id)?;
+    let concurrency = (spec.llm.max_concurrency as usize).max(1);
+    let xs = &spec.extract;
+
+    // 1. Entities, one call per episode.
+    let mut progress = Progress::new("entities", todo.len(), options.progress_bar);
+    let mut entity_results: HashMap<usize, Result<Vec<Mention>, LlmError>> = HashMap::new();
+    let mut rejected: Vec<Rejected> = Vec::new();
+    {
+        let client = &client;
+        let mut stream = futures::stream::iter(todo.iter().copied())
+            .map(|i| async move {
+                let context = context_for(all, i, xs.context_episodes);
+                (
+                    i,
+                    extract::extract_entities(client, ontology, xs, &all[i], &context).await,
+                )
+            })
+            .buffer_unordered(concurrency * 2);
+        while let Some((i, r)) = stream.next().await {
+            let r = r.map(|(m, rej)| {
+                rejected.extend(rej);
+                m
+            });
+            entity_results.insert(i, r);
+            progress.tick(
+                client,
+                entity_results.values().filter(|r| r.is_err()).count(),
+            );
+        }
+    }
+    progress.finish();
+
+    // Episodes whose entity call failed are done for this run.
+    let mut mentions: Vec<Mention> = Vec::new();
+    let mut mention_range: HashMap<usize, (usize, usize)> = HashMap::new();
+    let mut failed: HashMap<usize, (String, LlmError)> = HashMap::new();
+    for &i in &todo {
+        match entity_results.remove(&i) {
+            Some(Ok(m)) => {
+                let start = mentions.len();
+                mentions.extend(m);
+                mention_range.insert(i, (start, mentions.len()));
+            }
+            Some(Err(e)) => {
+                failed.insert(i, ("extract_entities".into(), e));
+            }
+            None => {}
+        }
+    }
+
+    // 2. The entity subtype walk, batched across episodes.
+    let (walk, rej) =
+        crate::classify::walk_entities(&client, ontology, xs, concurrency, &mut mentions).await;
+    tracing::info!(
+        "entity subtype walk: {} calls, {} entities refined",
+        walk.calls,
+        walk.refined
+    );
+    rejected.extend(rej);
+
+    // 3. Facts, one call per episode with two or more entities.
+    let with_entities: Vec<usize> = todo
+        .iter()
+        .copied()
+        .filter(|i| mention_range.contains_key(i))
+        .collect();
+    let mut progress = Progress::new("facts", with_entities.len(), options.progress_bar);
+    let mut facts: Vec<FactMention> = Vec::new();
+    let mut fact_owner: Vec<usize> = Vec::new();
+    {
+        let client = &client;
+        let mentions = &mentions;
+        let mention_range = &mention_range;
+        let mut stream = futures::stream::iter(with_entities.iter().copied())
+            .map(|i| async move {
+                let (a, b) = mention_range[&i];
+                let context = context_for(all, i, xs.context_episodes);
+                (
+                    i,
+                    extract::extract_facts(
+                        client,
+                        ontology,
+                        xs,
+                        &all[i],
+                        &context,
+                        &mentions[a..b],
+                    )
+                    .await,
+                )
+            })
+            .buffer_unordered(concurrency * 2);
+        while let Some((i, r)) = stream.next().await {
+            match r {
+                Ok((f, rej)) => {
+                    rejected.extend(rej);
+                    fact_owner.extend(std::iter::repeat_n(i, f.len()));
+                    facts.extend(f);
+                }
+                Err(e) => {
+                    failed.insert(i, ("extract_facts".into(), e));
+                }
+            }
+            progress.tick(client, failed.len());
+        }
+    }
+    progress.finish();
+
+    // 4. The edge subtype walk.
+    let endpoint_types = |f: &FactMention| -> (String, String) {
+        let Some(i) = all.iter().position(|e| e.episode_id == f.episode_id) else {
+            return ("Entity".into(), "Entity".into());
+        };
+        let (a, _) = mention_range.get(&i).copied().unwrap_or((0, 0));
+        (
+            mentions[a + f.source].type_name().to_string(),
+            mentions[a + f.target].type_name().to_string(),
+        )
+    };
+    let (walk, rej) = crate::classify::walk_facts(
+        &client,
+        ontology,
+        xs,
+        concurrency,
+        &mut facts,
+        &endpoint_types,
+    )
+    .await;
+    tracing::info!(
+        "edge subtype walk: {} calls, {} facts refined",
+        walk.calls,
+        walk.refined
+    );
+    rejected.extend(rej);
+
+    // 5. Rows. An episode counts only when both of its calls succeeded;
+    // otherwise its output is dropped and it is retried by the next run.
+    let now = Utc::now();
+    for (i, (stage, e)) in &failed {
+        let ep = &all[*i];
+        failures.push(FailureRow {
+            failure_id: uuid::Uuid::now_v7().to_string(),
+            run_id: run_id.clone(),
+            stage: stage.clone(),
+            item: ep.source_uri.clone(),
+            source_uri: Some(ep.source_uri.clone()),
+            line: None,
+            episode_id: Some(ep.episode_id.clone()),
+            reason: e.to_string(),
+            excerpt: Some(ep.content.chars().take(200).collect()),
+            created_at: now,
+        });
+    }
+    failures.extend(rejected.iter().map(|r| rejected_row(r, &run_id, &by_id)));
+    let succeeded: Vec<usize> = todo
+        .iter()
+        .copied()
+        .filter(|i| !failed.contains_key(i))
+        .collect();
+
+    let base_short_id = {
+        let b = ctx
+            .sql("SELECT coalesce(max(short_id), 0) FROM nodes")
+            .await?
+            .collect()
+            .await?;
+        b.first()
+            .map(|b| {
+                b.column(0)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .value(0)
+            })
+            .unwrap_or(0)
+    };
+    // In-run merge: same group and normalised name, chains where one is a
+    // prefix of the other (the longer chain wins). A mention compatible with
+    // several different nodes stays apart: under-merge over over-merge.
+    let mut drafts: Vec<NodeDraft> = Vec::new();
+    let mut by_name: HashMap<(String, String), Vec<usize>> = HashMap::new();
+    let mut node_of_mention: HashMap<usize, usize> = HashMap::new();
+    for &i in &succeeded {
+        let Some(&(a, b)) = mention_range.get(&i) else {
+            continue;
+        };
+        let ep = &all[i];
+        for (k, m) in mentions[a..b].iter().enumerate() {
+            let key = (ep.group_id.clone(), normalize_name(&m.name));
+            let candidates: Vec<usize> = by_name
+                .get(&key)
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|d| compatible(&drafts[*d].chain, &m.chain))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let node = if candidates.len() == 1 {
+                let d = &mut drafts[candidates[0]];
+                if m.chain.len() > d.chain.len() {
+                    // Chain-prefix upgrade: Contract → Contract/PurchaseOrder;
+                    // attributes follow the new last type.
+                    d.chain = m.chain.clone();
+                    d.row.attributes = Value::Object(Map::new()).to_string();
+                }
+                if m.chain == d.chain {
+                    let mut attrs: Map<String, Value> =
+                        serde_json::from_str(&d.row.attributes).unwrap_or_default();
+                    // Episodes come in reference-time order: newer values win.
+                    for (key, v) in &m.attributes {
+                        attrs.insert(key.clone(), v.clone());
+                    }
+                    d.row.attributes = Value::Object(attrs).to_string();
+                }
+                if !d.row.episode_ids.contains(&ep.episode_id) {
+                    d.row.episode_ids.push(ep.episode_id.clone());
+                }
+                candidates[0]
+            } else {
+                drafts.push(NodeDraft {
+                    chain: m.chain.clone(),
+                    row: NodeRow {
+                        node_id: uuid::Uuid::now_v7().to_string(),
+                        short_id: 0,
+                        group_id: ep.group_id.clone(),
+                        name: m.name.clone(),
+                        name_normalized: key.1.clone(),
+                        node_type: String::new(),
+                        labels: Vec::new(),
+                        summary: None,
+                        attributes: Value::Object(m.attributes.clone()).to_string(),
+                        episode_ids: vec![ep.episode_id.clone()],
+                        created_at: now,
+                        updated_at: now,
+                        rank: 0,
+                        name_embedding: None,
+                        origin: "extract".into(),
+                        run_id: run_id.clone(),
+                    },
+                });
+                by_name.entry(key).or_default().push(drafts.len() - 1);
+                drafts.len() - 1
+            };
+            node_of_mention.insert(a + k, node);
+        }
+    }
+    let succeeded_set: HashSet<usize> = succeeded.iter().copied().collect();
+    let mut edges: Vec<EdgeRow> = Vec::new();
+    let mut edge_keys: HashMap<(usize, usize, String, String), usize> = HashMap::new();
+    for (f, owner) in facts.iter().zip(&fact_owner) {
+        if !succeeded_set.contains(owner) {
+            continue;
+        }
+        let (a, _) = mention_range[owner];
+        let (Some(&s), Some(&t)) = (
+            node_of_mention.get(&(a + f.source)),
+            node_of_mention.get(&(a + f.target)),
+        ) else {
+            continue;
+        };
+        let key = (s, t, f.relation_type().to_string(), normalize_name(&f.fact));
+        if let Some(&e) = edge_keys.get(&key) {
+            if !edges[e].episode_ids.contains(&f.episode_id) {
+                edges[e].episode_ids.push(f.episode_id.clone());
+            }
+            continue;
+        }
+        drafts[s].row.rank += 1;
+        drafts[t].row.rank += 1;
+        edge_keys.insert(key, edges.len());
+        edges.push(EdgeRow {
+            edge_id: uuid::Uuid::now_v7().to_string(),
+            group_id: drafts[s].row.group_id.clone(),
+            source_node_id: drafts[s].row.node_id.clone(),
+            target_node_id: drafts[t].row.node_id.clone(),
+            relation_type: f.relation_type().to_string(),
+            fact: f.fact.clone(),
+            attributes: "{}".into(),
+            episode_ids: vec![f.episode_id.clone()],
+            valid_at: f.valid_at,
+            invalid_at: f.invalid_at,
+            created_at: now,
+            expired_at: None,
+            fact_embedding: None,
+            origin: "extract".into(),
+            run_id: run_id.clone(),
+        });
+    }
+    let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
+    for (k, d) in drafts.into_iter().enumerate() {
+        let mut row = d.row;
+        row.short_id = base_short_id + 1 + k as i64;
+        row.node_type = d
+            .chain
+            .last()
+            .cloned()
+            .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
+        row.labels = ontology
+            .labels_for(&row.node_type)
+            .unwrap_or_else(|| vec![crate::ontology::ENTITY_LABEL.into()]);
+        nodes.push(row);
+    }
+    let labels: Vec<NodeLabelRow> = nodes
+        .iter()
+        .flat_map(|n| {
+            n.labels
+                .iter()
+                .enumerate()
+                .map(|(depth, label)| NodeLabelRow {
+                    node_id: n.node_id.clone(),
+                    group_id: n.group_id.clone(),
+                    label: label.clone(),
+                    depth: depth as i64,
+                })
+        })
+        .collect();
+    let episodes: Vec<EpisodeRow> = succeeded
+        .iter()
+        .map(|i| {
+            let e = &all[*i];
+            EpisodeRow {
+                episode_id: e.episode_id.clone(),
+                group_id: e.group_id.clone(),
+                document_id: e.document_id.clone(),
+                source_id: e.source_id.clone(),
+                source_uri: e.source_uri.clone(),
+                source_description: e.source_description.clone(),
+                kind: e.kind.as_str().to_string(),
+                content: e.content.clone(),
+                reference_time: e.reference_time,
+                reference_time_source: e.reference_time_source.clone(),
+                ingested_at: now,
+                run_id: run_id.clone(),
+            }
+        })
+        .collect();
+    let calls = client.take_calls();
+    let totals = client.totals(&calls);
+    for c in &calls {
+        *report.calls_by_stage.entry(c.stage.clone()).or_default() += 1;
+    }
+    report.cache_hits = totals.cache_hits as usize;
+    report.prompt_tokens = totals.prompt_tokens;
+    report.completion_tokens = totals.completion_tokens;
+    report.cost_usd = totals.cost_usd;
+    report.episodes_added = episodes.len();
+    report.nodes_added = nodes.len();
+    report.edges_added = edges.len();
+    for f in &failures {
+        *report.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
+    }
+    report.failure_samples = failures.iter().take(10).cloned().collect();
+
+    let mut writes: Writes = vec![
+        (
+            Table::Episodes,
+            WriteMode::Append,
+            rows::to_batch(Table::Episodes, &episodes)?,
+        ),
+        (
+            Table::Nodes,
+            WriteMode::Append,
+            rows::to_batch(Table::Nodes, &nodes)?,
+        ),
+        (
+            Table::NodeLabels,
+            WriteMode::Append,
+            rows::to_batch(Table::NodeLabels, &labels)?,
+        ),
+        (
+            Table::Edges,
+            WriteMode::Append,
+            rows::to_batch(Table::Edges, &edges)?,
+        ),
+        (
+            Table::LlmCalls,
+            WriteMode::Append,
+            rows::to_batch(Table::LlmCalls, &calls)?,
+        ),
+        (
+            Table::Failures,
+            WriteMode::Append,
+            rows::to_batch(Table::Failures, &failures)?,
+        ),
+    ];
+    writes.retain(|(_, _, b)| b.num_rows() > 0);
+    let hash = ontology.content_hash();
+    if tx
+        .head()
+        .last_completed
+        .as_ref()
+        .map(|r| r.ontology_hash.as_str())
+        != Some(hash.as_str())
+    {
+        for (t, b) in crate::store::ontology_batches(ontology, &run_id)? {
+            writes.push((t, WriteMode::Overwrite, b));
+        }
+    }
+    let stats = RunStats {
+        episodes_seen: all.len() as i64,
+        episodes_skipped: report.episodes_skipped as i64,
+        episodes_added: episodes.len() as i64,
+        nodes_added: nodes.len() as i64,
+        edges_added: edges.len() as i64,
+        failures: failures.len() as i64,
+        llm_calls: calls.len() as i64,
+        prompt_tokens: totals.prompt_tokens as i64,
+        completion_tokens: totals.completion_tokens as i64,
+        cost_usd: totals.cost_usd,
+        ontology_hash: hash,
+    };
+    Ok((writes, stats))
+}
