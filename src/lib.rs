@@ -94,7 +94,11 @@ impl Error {
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
             Error::Llm(_) => false,
-            Error::Run(e) => matches!(**e, run::RunError::NoSource | run::RunError::Location(_)),
+            Error::Run(e) => match &**e {
+                run::RunError::NoSource | run::RunError::Location(_) => true,
+                run::RunError::Source(s) => s.is_usage(),
+                _ => false,
+            },
         }
     }
 }

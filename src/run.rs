@@ -142,7 +142,7 @@ pub async fn new_episode_ids(
 }
 
 /// Earlier episodes of the same document, most recent last.
-fn context_for<'a>(all: &'a [Episode], index: usize, n: usize) -> Vec<&'a Episode> {
+fn context_for(all: &[Episode], index: usize, n: usize) -> Vec<&Episode> {
     let ep = &all[index];
     let Some(doc) = &ep.document_id else {
         return Vec::new();

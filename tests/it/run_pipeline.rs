@@ -1,0 +1,421 @@
+//! `graphloom run` end to end against the faithful test server with
+//! scripted replies: call counts and batching of the subtype walks,
+//! stopping at no-fit and at leaves, unknown names rejected, dates
+//! normalised, document context, failures, and re-runs that skip
+//! committed episodes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use graphloom::llm::test_server::{Behavior, ChatRequestView, Fault, Reply, TestServer};
+use graphloom::query::GraphSession;
+use graphloom::run::{RunOptions, RunReport};
+use graphloom::spec::{PipelineSpec, SourceSpec};
+use graphloom::store::GraphStore;
+use serde_json::{Value, json};
+
+use crate::common;
+
+const EPISODES: &str = r#"{"id": "e1", "content": "Acme Corp sent PO-1 for 40 laptops.", "kind": "message", "reference_time": "2025-03-01T10:00:00Z", "document_id": "thread-1"}
+{"id": "e2", "content": "Dana Whitcombe signed it yesterday.", "kind": "message", "reference_time": "2025-03-02T10:00:00Z", "document_id": "thread-1"}
+{"id": "e3", "content": "The new Acme contract with Acme Corp is ready.", "kind": "message", "reference_time": "2025-03-03T10:00:00Z"}
+{"id": "e4", "content": "Priya Raman joined Brightline Systems on 10 March.", "kind": "message", "reference_time": "2025-03-12T10:00:00Z"}
+{"id": "e5", "content": "
+this line is broken
+"#;
+
+/// Entities the scripted model finds in each episode, by a word of it.
+fn entities_for(text: &str) -> Value {
+    let list = if text.contains("PO-1 for 40 laptops") {
+        json!([{"name": "Acme Corp", "type": "Company", "attributes": [{"name": "domain", "value": "acme.test"}]},
+               {"name": "PO-1", "type": "Contract", "attributes": [{"name": "details", "value": "40 laptops"}]},
+               {"name": "2025-03-01", "type": "Entity", "attributes": []}])
+    } else if text.contains("signed it yesterday") {
+        json!([{"name": "Dana Whitcombe", "type": "Person", "attributes": []},
+               {"name": "PO-1", "type": "Contract", "attributes": []}])
+    } else if text.contains("new Acme contract") {
+        json!([{"name": "New Acme contract", "type": "Contract", "attributes": []},
+               {"name": "Reception desk", "type": "Entity", "attributes": []},
+               {"name": "Acme Corp", "type": "Company", "attributes": []},
+               {"name": "Acme Corp", "type": "Company", "attributes": []}])
+    } else {
+        json!([{"name": "Priya Raman", "type": "Person", "attributes": []},
+               {"name": "Brightline Systems", "type": "Company", "attributes": []}])
+    };
+    json!({"entities": list})
+}
+
+fn facts_for(text: &str) -> Value {
+    let list = if text.contains("PO-1 for 40 laptops") {
+        json!([{"source": "Acme Corp", "target": "PO-1", "relation_type": "PARTY_TO", "fact": "Acme Corp is the seller on PO-1.", "valid_at": "2025", "invalid_at": null}])
+    } else if text.contains("Priya Raman joined") {
+        json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null},
+               {"source": "Priya Raman", "target": "Ghost Ltd", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman left Ghost Ltd.", "valid_at": null, "invalid_at": null}])
+    } else if text.contains("signed it yesterday") {
+        // Reversed direction: SIGNED is Person → Contract.
+        json!([{"source": "PO-1", "target": "Dana Whitcombe", "relation_type": "signed", "fact": "Dana Whitcombe signed PO-1.", "valid_at": "2025-03-01T00:00:00Z", "invalid_at": null}])
+    } else {
+        json!([{"source": "Acme Corp", "target": "New Acme contract", "relation_type": "PARTY_TO", "fact": "Acme Corp is a party to the new Acme contract.", "valid_at": null, "invalid_at": null}])
+    };
+    json!({"facts": list})
+}
+
+/// Answers a classification call: PO-1 is a PurchaseOrder, anything else
+/// fits no subtype; employment facts are full-time.
+fn classify(user: &str, facts: bool) -> Value {
+    let mut items = Vec::new();
+    for line in user.lines() {
+        let Some(rest) = line.strip_prefix('[') else {
+            continue;
+        };
+        let Some((id, text)) = rest.split_once(']') else {
+            continue;
+        };
+        let id: u64 = id.parse().unwrap_or(0);
+        let item = if facts {
+            let sub = if text.contains("works for") {
+                "WORKS_FULL_TIME_FOR"
+            } else {
+                "none"
+            };
+            json!({"id": id, "subtype": sub})
+        } else if text.contains("PO-1") {
+            json!({"id": id, "subtype": "PurchaseOrder", "attributes": [{"name": "po_number", "value": "PO-1"}, {"name": "details", "value": "ignored"}]})
+        } else {
+            json!({"id": id, "subtype": "none", "attributes": []})
+        };
+        items.push(item);
+    }
+    json!({"items": items})
+}
+
+fn responder(fail_entities: Arc<AtomicBool>) -> impl Fn(&ChatRequestView) -> Reply + Send + Sync {
+    move |req: &ChatRequestView| {
+        let system = req.last("system").unwrap_or_default();
+        let user = req.last("user").unwrap_or_default();
+        let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
+        if system.contains("list the named entities") {
+            if fail_entities.load(Ordering::SeqCst) && current.contains("Priya Raman") {
+                return Reply::Fault(Fault::ServerError(500));
+            }
+            Reply::json(&entities_for(current))
+        } else if system.contains("state the facts") {
+            Reply::json(&facts_for(current))
+        } else if system.contains("already classified as") {
+            Reply::json(&classify(user, system.contains("is a fact")))
+        } else {
+            Reply::error(400, "unexpected prompt", "invalid_request_error", None)
+        }
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: TestServer,
+    spec: PipelineSpec,
+    store: GraphStore,
+    fail_entities: Arc<AtomicBool>,
+}
+
+async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("episodes");
+    std::fs::create_dir_all(&source).expect("mkdir");
+    std::fs::write(source.join("chat.jsonl"), EPISODES).expect("write episodes");
+    let fail_entities = Arc::new(AtomicBool::new(false));
+    let server = TestServer::start(Behavior::with_responder(responder(fail_entities.clone())))
+        .await
+        .expect("server");
+    let (mut spec, _) = common::procurement();
+    let src: &Path = &source;
+    spec.source = Some(SourceSpec {
+        url: src.to_str().expect("utf-8").to_string(),
+        ..spec.source.clone().expect("example has a source")
+    });
+    spec.llm.base_url = server.base_url();
+    spec.llm.max_attempts = 2;
+    spec.llm.backoff_initial_ms = 1;
+    spec.llm.backoff_max_ms = 2;
+    spec.llm.max_concurrency = 4;
+    spec.llm.extra_body = Default::default();
+    tweak(&mut spec);
+    let store = GraphStore::open(
+        dir.path().join("graph").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open");
+    Fixture {
+        _dir: dir,
+        server,
+        spec,
+        store,
+        fail_entities,
+    }
+}
+
+async fn run(f: &Fixture) -> RunReport {
+    let ontology = graphloom::ontology::Ontology::try_from(&f.spec.ontology).expect("ontology");
+    graphloom::run::run(&f.spec, &ontology, &f.store, &RunOptions::default())
+        .await
+        .expect("run completes")
+}
+
+async fn query(store: &GraphStore, sql: &str) -> Vec<Value> {
+    let session = GraphSession::open(store).await.expect("session");
+    let results = session.run(sql).await.expect("query");
+    let text =
+        graphloom::query::render(&results[0], graphloom::query::OutputFormat::Json).expect("json");
+    serde_json::from_str::<Vec<Value>>(&text).expect("json rows")
+}
+
+fn stage_calls(server: &TestServer, needle: &str) -> Vec<graphloom::llm::test_server::Recorded> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
+    let f = fixture(|_| {}).await;
+    let report = run(&f).await;
+    assert_eq!((report.episodes_seen, report.episodes_added), (4, 4));
+    // One entity call and at most one fact call per episode; the walks are
+    // batched: both Contract mentions of PO-1 and the new contract share one
+    // call, and PurchaseOrder is a leaf, so the walk stops there.
+    assert_eq!(stage_calls(&f.server, "list the named entities").len(), 4);
+    assert_eq!(stage_calls(&f.server, "state the facts").len(), 4);
+    let classify = stage_calls(&f.server, "already classified as Contract");
+    assert_eq!(classify.len(), 1);
+    let items = classify[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(items.matches("name: ").count(), 3, "{items}");
+    assert_eq!(
+        stage_calls(&f.server, "already classified as EMPLOYED_BY").len(),
+        1
+    );
+    assert!(
+        report.calls_per_episode() <= 3.0,
+        "{}",
+        report.calls_per_episode()
+    );
+
+    let nodes = query(
+        &f.store,
+        "SELECT name, type, labels, attributes FROM nodes ORDER BY name",
+    )
+    .await;
+    let by_name = |n: &str| {
+        nodes
+            .iter()
+            .find(|r| r["name"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("no node {n}: {nodes:?}"))
+    };
+    // PO-1 was mentioned twice (e1, e2): one node with the whole chain and
+    // the properties of its last type only.
+    assert_eq!(
+        by_name("PO-1")["labels"],
+        json!(["Entity", "Contract", "PurchaseOrder"])
+    );
+    assert_eq!(
+        by_name("PO-1")["attributes"],
+        json!(r#"{"po_number":"PO-1"}"#)
+    );
+    assert_eq!(
+        by_name("New Acme contract")["labels"],
+        json!(["Entity", "Contract"])
+    );
+    assert_eq!(
+        nodes.iter().filter(|n| n["name"] == "Acme Corp").count(),
+        1,
+        "duplicates in one episode collapse"
+    );
+    assert!(
+        nodes.iter().all(|n| n["name"] != "2025-03-01"),
+        "a date is not an entity"
+    );
+    assert_eq!(
+        by_name("Reception desk")["labels"],
+        json!(["Entity"]),
+        "no type fits: the generic Entity"
+    );
+    let contracts = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes WHERE has_label(labels, 'Contract')",
+    )
+    .await;
+    assert_eq!(contracts[0]["n"], 2);
+
+    let edges = query(
+        &f.store,
+        "SELECT s.name AS s, e.relation_type AS r, t.name AS t, e.valid_at AS v FROM edges e \
+         JOIN nodes s ON s.node_id = e.source_node_id JOIN nodes t ON t.node_id = e.target_node_id ORDER BY r",
+    )
+    .await;
+    let edge = |r: &str| {
+        edges
+            .iter()
+            .find(|e| e["r"] == r)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {r}: {edges:?}"))
+    };
+    assert_eq!(
+        edge("WORKS_FULL_TIME_FOR")["v"],
+        "2025-03-10T00:00:00Z",
+        "a date alone means midnight UTC"
+    );
+    assert_eq!(
+        edge("PARTY_TO")["v"],
+        "2025-01-01T00:00:00Z",
+        "a year alone means January 1st"
+    );
+    let signed = edge("SIGNED");
+    assert_eq!(
+        (signed["s"].as_str(), signed["t"].as_str()),
+        (Some("Dana Whitcombe"), Some("PO-1")),
+        "direction fixed by source_targets"
+    );
+    let employment = query(
+        &f.store,
+        "SELECT count(*) AS n FROM edges WHERE edge_type_matches(relation_type, 'EMPLOYED_BY')",
+    )
+    .await;
+    assert_eq!(employment[0]["n"], 1);
+
+    // The name outside the entity list and the broken line are failures.
+    let failures = query(
+        &f.store,
+        "SELECT stage, reason FROM failures ORDER BY stage",
+    )
+    .await;
+    assert!(
+        failures.iter().any(|r| r["stage"] == "extract_facts"
+            && r["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("`Ghost Ltd` is not in the episode's entity list")),
+        "{failures:?}"
+    );
+    assert!(
+        failures.iter().any(|r| r["stage"] == "source"),
+        "{failures:?}"
+    );
+    assert!(
+        failures.iter().any(|r| r["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is a date or a number")),
+        "{failures:?}"
+    );
+
+    // e2 continues thread-1: its prompts carry e1 as context.
+    let e2 = stage_calls(&f.server, "list the named entities")
+        .into_iter()
+        .find(|r| {
+            r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("signed it yesterday")
+        })
+        .expect("e2 call");
+    let user = e2.body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        user.contains("<PREVIOUS EPISODES>") && user.contains("PO-1 for 40 laptops"),
+        "{user}"
+    );
+
+    let calls = query(&f.store, "SELECT count(*) AS n FROM llm_calls").await;
+    assert_eq!(
+        calls[0]["n"].as_u64(),
+        Some(f.server.requests().len() as u64)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rerun_skips_committed_episodes_and_makes_no_calls() {
+    let f = fixture(|_| {}).await;
+    run(&f).await;
+    let before = f.server.requests().len();
+    let second = run(&f).await;
+    assert_eq!((second.episodes_skipped, second.episodes_added), (4, 0));
+    assert_eq!(
+        f.server.requests().len(),
+        before,
+        "no LLM call for committed episodes"
+    );
+    let nodes = query(&f.store, "SELECT count(*) AS n FROM nodes").await;
+    assert_eq!(nodes[0]["n"], 7);
+    let runs = query(
+        &f.store,
+        "SELECT status, episodes_skipped, llm_calls FROM runs ORDER BY run_seq",
+    )
+    .await;
+    assert_eq!(runs[1]["episodes_skipped"], 4);
+    assert_eq!(runs[1]["llm_calls"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_episode_is_recorded_and_retried_by_the_next_run() {
+    let f = fixture(|_| {}).await;
+    f.fail_entities.store(true, Ordering::SeqCst);
+    let first = run(&f).await;
+    assert_eq!(first.episodes_added, 3);
+    let failures = query(
+        &f.store,
+        "SELECT stage, reason FROM failures WHERE reason LIKE '%HTTP 500%'",
+    )
+    .await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0]["stage"], "extract_entities");
+    f.fail_entities.store(false, Ordering::SeqCst);
+    let second = run(&f).await;
+    assert_eq!((second.episodes_skipped, second.episodes_added), (3, 1));
+    let priya = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes WHERE name = 'Priya Raman'",
+    )
+    .await;
+    assert_eq!(priya[0]["n"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn walk_batches_follow_the_batch_size_and_strict_mode_drops_untyped_entities() {
+    let f = fixture(|spec| {
+        spec.extract.classify_batch_size = 2;
+        spec.ontology.strict = true;
+    })
+    .await;
+    run(&f).await;
+    assert_eq!(
+        stage_calls(&f.server, "already classified as Contract").len(),
+        2,
+        "3 items in batches of 2"
+    );
+    let failures = query(
+        &f.store,
+        "SELECT reason FROM failures WHERE reason LIKE '%ontology.strict%'",
+    )
+    .await;
+    assert_eq!(
+        failures.len(),
+        1,
+        "Reception desk fits no type and is dropped: {failures:?}"
+    );
+    let generic = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes WHERE type = 'Entity'",
+    )
+    .await;
+    assert_eq!(generic[0]["n"], 0);
+}
