@@ -19,6 +19,7 @@
 pub mod add;
 pub mod bench;
 pub mod classify;
+pub mod eval;
 pub mod extract;
 pub mod llm;
 pub mod objstore;
@@ -51,6 +52,14 @@ pub enum Error {
     Llm(Box<llm::LlmError>),
     #[error(transparent)]
     Run(Box<run::RunError>),
+    #[error(transparent)]
+    Eval(Box<eval::EvalError>),
+}
+
+impl From<eval::EvalError> for Error {
+    fn from(e: eval::EvalError) -> Self {
+        Error::Eval(Box::new(e))
+    }
 }
 
 impl From<run::RunError> for Error {
@@ -94,6 +103,7 @@ impl Error {
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
             Error::Llm(_) => false,
+            Error::Eval(e) => matches!(**e, eval::EvalError::Gold { .. }),
             Error::Run(e) => match &**e {
                 run::RunError::NoSource | run::RunError::Location(_) => true,
                 run::RunError::Source(s) => s.is_usage(),

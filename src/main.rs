@@ -78,6 +78,15 @@ enum Command {
         #[arg(long, value_name = "URL")]
         graph: Option<String>,
     },
+    /// Score the graph against a gold file: entity precision and recall,
+    /// chain accuracy and fact recall over the episodes it has processed.
+    Eval {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// Gold file (JSON), e.g. pipelines/gold/procurement.json.
+        #[arg(long, value_name = "PATH")]
+        gold: PathBuf,
+    },
     /// Load known nodes and facts from a JSON Lines file (no LLM).
     Add {
         /// Pipeline spec (TOML) whose ontology and output graph to use.
@@ -320,6 +329,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             for result in &results {
                 out_raw!("{}", render(result, format)?);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval { target, gold } => {
+            let store = GraphStore::try_from(&target)?;
+            let gold = graphloom::eval::Gold::from_path(&gold)?;
+            let quality = graphloom::eval::evaluate(&store, &gold).await?;
+            out!("{quality}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { target, runs } => {

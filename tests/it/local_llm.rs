@@ -128,3 +128,131 @@ async fn the_local_model_answers_structured_calls_through_the_client() {
         reply.value.entities
     );
 }
+
+/// Runs the example pipeline with the local model over `source` (a file
+/// or directory) into a fresh graph.
+async fn run_slice(
+    base_url: &str,
+    source: &std::path::Path,
+    limit: usize,
+) -> (
+    tempfile::TempDir,
+    graphloom::store::GraphStore,
+    graphloom::run::RunReport,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut spec, ontology) = crate::common::procurement();
+    let template = spec.source.clone().expect("source");
+    spec.source = Some(graphloom::spec::SourceSpec {
+        url: source.to_str().expect("utf-8").to_string(),
+        ..template
+    });
+    spec.llm.base_url = base_url.to_string();
+    let store = graphloom::store::GraphStore::open(
+        dir.path().join("g").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open");
+    let options = graphloom::run::RunOptions {
+        limit: Some(limit),
+        ..Default::default()
+    };
+    let report = graphloom::run::run(&spec, &ontology, &store, &options)
+        .await
+        .expect("the run completes");
+    eprintln!(
+        "local run over {}: {} episodes added, {} nodes, {} edges, {:.2} calls per episode, failures {:?}",
+        source.display(),
+        report.episodes_added,
+        report.nodes_added,
+        report.edges_added,
+        report.calls_per_episode(),
+        report.failures_by_stage
+    );
+    if report.episodes_seen <= limit {
+        // Everything is committed: a re-run finds nothing new.
+        let again = graphloom::run::run(&spec, &ontology, &store, &options)
+            .await
+            .expect("re-run");
+        assert_eq!(
+            again.calls_by_stage.values().sum::<usize>(),
+            0,
+            "a re-run over the same slice makes no calls"
+        );
+    }
+    (dir, store, report)
+}
+
+async fn count(store: &graphloom::store::GraphStore, sql: &str) -> i64 {
+    let session = graphloom::query::GraphSession::open(store)
+        .await
+        .expect("session");
+    let r = session.run(sql).await.expect("query");
+    arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(r[0].batches[0].column(0))
+        .value(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_with_the_local_model_types_purchase_orders_as_contracts() {
+    let Some(base_url) = base_url() else { return };
+    let input = tempfile::tempdir().expect("temp dir");
+    let file = input.path().join("orders.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"id": "o1", "content": "Northwind Outfitters issued purchase order PO-4471 to Acme Corp for 40 laptops.", "kind": "message", "reference_time": "2024-04-08T09:00:00Z"}
+{"id": "o2", "content": "Purchase order PO-4590 from Northwind Outfitters to Acme Corp covers 35 docking stations.", "kind": "message", "reference_time": "2025-05-12T09:00:00Z"}
+{"id": "o3", "content": "Priya Raman works full time for Acme Corp as an account manager.", "kind": "message", "reference_time": "2025-01-10T09:00:00Z"}
+"#,
+    )
+    .expect("write slice");
+    let (_dir, store, report) = run_slice(&base_url, &file, 3).await;
+    assert!(
+        report.episodes_added >= 2,
+        "most episodes must make it: {report:?}"
+    );
+    assert!(report.nodes_added >= 2);
+    assert!(
+        report.calls_per_episode() <= 3.0,
+        "{}",
+        report.calls_per_episode()
+    );
+    let contracts = count(
+        &store,
+        "SELECT count(*) FROM nodes WHERE has_label(labels, 'Contract')",
+    )
+    .await;
+    let orders = count(
+        &store,
+        "SELECT count(*) FROM nodes WHERE has_label(labels, 'PurchaseOrder')",
+    )
+    .await;
+    assert!(
+        contracts >= 1,
+        "purchase orders give at least one Contract node"
+    );
+    assert!(
+        contracts >= orders,
+        "a Contract filter also returns every PurchaseOrder node"
+    );
+    let orphans = "SELECT count(*) FROM nodes WHERE has_label(labels, 'PurchaseOrder') AND NOT has_label(labels, 'Contract')";
+    assert_eq!(count(&store, orphans).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_over_a_corpus_slice_clears_loose_quality_floors() {
+    let Some(base_url) = base_url() else { return };
+    let mail = crate::common::repo().join("pipelines/data/procurement/mail.jsonl");
+    let (_dir, store, report) = run_slice(&base_url, &mail, 3).await;
+    assert!(report.episodes_added >= 1, "{report:?}");
+    let gold = graphloom::eval::Gold::from_path(
+        &crate::common::repo().join("pipelines/gold/procurement.json"),
+    )
+    .expect("gold");
+    let q = graphloom::eval::evaluate(&store, &gold)
+        .await
+        .expect("eval");
+    eprintln!("local run quality on the slice:\n{q}");
+    // The 0.5B model is small: floors only; the README gives the figures.
+    assert!(q.entity_recall() >= 0.2, "{q}");
+    assert!(q.entity_precision() >= 0.2, "{q}");
+}

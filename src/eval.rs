@@ -1,0 +1,263 @@
+//! Quality of a graph against a gold file (`graphloom eval`): entity
+//! precision and recall, chain accuracy and fact recall, over the episodes
+//! the graph has processed.
+//!
+//! Gold file: `{"entities": [{"name", "chain", "aliases", "episodes"}],
+//! "facts": [{"source", "target", "relation_type", "chain", "valid_at",
+//! "invalid_at", "episodes"}]}`; episode ids are the records' own `id`s
+//! (`episodes.source_id`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::resolve::normalize_name;
+use crate::store::rows::{self, EdgeRow, EpisodeRow, NodeRow};
+use crate::store::{GraphStore, StoreError, Table};
+
+/// Errors of the evaluation.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The gold file could not be read or parsed.
+    #[error("cannot read gold file {path}: {reason}")]
+    Gold { path: String, reason: String },
+    /// The graph could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A gold entity.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GoldEntity {
+    pub name: String,
+    pub chain: Vec<String>,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    #[serde(default)]
+    pub episodes: Vec<String>,
+}
+
+/// A gold fact.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GoldFact {
+    pub source: String,
+    pub target: String,
+    pub relation_type: String,
+    #[serde(default)]
+    pub chain: Vec<String>,
+    #[serde(default)]
+    pub episodes: Vec<String>,
+}
+
+/// A gold file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Gold {
+    pub entities: Vec<GoldEntity>,
+    pub facts: Vec<GoldFact>,
+}
+
+impl Gold {
+    /// Reads a gold file.
+    pub fn from_path(path: &Path) -> Result<Gold, EvalError> {
+        let err = |reason: String| EvalError::Gold {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+    }
+}
+
+/// The figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Quality {
+    /// Episodes of the gold file the graph has processed.
+    pub episodes_in_scope: usize,
+    /// Gold entities mentioned in those episodes.
+    pub gold_entities: usize,
+    /// Of those, found by at least one node.
+    pub entities_found: usize,
+    /// Extracted nodes.
+    pub nodes: usize,
+    /// Nodes that match a gold entity in scope.
+    pub nodes_matching: usize,
+    /// Found entities with a node of exactly the gold chain.
+    pub chains_exact: usize,
+    /// Gold facts stated in processed episodes.
+    pub gold_facts: usize,
+    /// Of those, found as an edge between the right nodes with a relation
+    /// type of the same top-level family.
+    pub facts_found: usize,
+    /// Of the found facts, those with exactly the gold relation type.
+    pub relation_exact: usize,
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+impl Quality {
+    /// Nodes that match a gold entity / nodes.
+    pub fn entity_precision(&self) -> f64 {
+        ratio(self.nodes_matching, self.nodes)
+    }
+    /// Gold entities found / gold entities.
+    pub fn entity_recall(&self) -> f64 {
+        ratio(self.entities_found, self.gold_entities)
+    }
+    /// Found entities with the exact chain / found entities.
+    pub fn chain_accuracy(&self) -> f64 {
+        ratio(self.chains_exact, self.entities_found)
+    }
+    /// Gold facts found / gold facts.
+    pub fn fact_recall(&self) -> f64 {
+        ratio(self.facts_found, self.gold_facts)
+    }
+}
+
+impl std::fmt::Display for Quality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "episodes evaluated: {}", self.episodes_in_scope)?;
+        writeln!(
+            f,
+            "entities: precision {:.2} ({}/{} nodes match a gold entity), recall {:.2} ({}/{} gold entities found)",
+            self.entity_precision(),
+            self.nodes_matching,
+            self.nodes,
+            self.entity_recall(),
+            self.entities_found,
+            self.gold_entities
+        )?;
+        writeln!(
+            f,
+            "chains: {:.2} of found entities have exactly the gold chain ({}/{})",
+            self.chain_accuracy(),
+            self.chains_exact,
+            self.entities_found
+        )?;
+        write!(
+            f,
+            "facts: recall {:.2} ({}/{} gold facts found with a relation of the right family; {} with exactly the gold type)",
+            self.fact_recall(),
+            self.facts_found,
+            self.gold_facts,
+            self.relation_exact
+        )
+    }
+}
+
+/// Scores the graph's last completed state against `gold`.
+pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalError> {
+    let snapshot = store.snapshot().await?;
+    let episodes: Vec<EpisodeRow> =
+        rows::from_batches(Table::Episodes, &snapshot.read(Table::Episodes).await?)?;
+    let nodes: Vec<NodeRow> =
+        rows::from_batches(Table::Nodes, &snapshot.read(Table::Nodes).await?)?;
+    let edges: Vec<EdgeRow> =
+        rows::from_batches(Table::Edges, &snapshot.read(Table::Edges).await?)?;
+    let processed: HashSet<&str> = episodes
+        .iter()
+        .filter_map(|e| e.source_id.as_deref())
+        .collect();
+    let in_scope = |eps: &[String]| eps.iter().any(|e| processed.contains(e.as_str()));
+    let nodes: Vec<&NodeRow> = nodes.iter().filter(|n| n.origin == "extract").collect();
+
+    // Every surface form of an in-scope gold entity → its index.
+    let mut forms: HashMap<String, usize> = HashMap::new();
+    for (i, g) in gold.entities.iter().enumerate() {
+        if !in_scope(&g.episodes) {
+            continue;
+        }
+        for form in std::iter::once(&g.name).chain(&g.aliases) {
+            forms.entry(normalize_name(form)).or_insert(i);
+        }
+    }
+    let gold_of_node: HashMap<&str, usize> = nodes
+        .iter()
+        .filter_map(|n| {
+            forms
+                .get(&n.name_normalized)
+                .map(|g| (n.node_id.as_str(), *g))
+        })
+        .collect();
+    let mut q = Quality {
+        episodes_in_scope: processed.len(),
+        gold_entities: gold
+            .entities
+            .iter()
+            .filter(|g| in_scope(&g.episodes))
+            .count(),
+        nodes: nodes.len(),
+        nodes_matching: gold_of_node.len(),
+        ..Quality::default()
+    };
+    let found: HashSet<usize> = gold_of_node.values().copied().collect();
+    q.entities_found = found.len();
+    for &g in &found {
+        let exact = nodes.iter().any(|n| {
+            gold_of_node.get(n.node_id.as_str()) == Some(&g)
+                && n.labels.get(1..) == Some(&gold.entities[g].chain[..])
+        });
+        if exact {
+            q.chains_exact += 1;
+        }
+    }
+    let gold_index: HashMap<String, usize> = gold
+        .entities
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (normalize_name(&g.name), i))
+        .collect();
+    let family = |relation: &str, chain: &[String]| {
+        chain.first().is_some_and(|top| top == relation) || chain.iter().any(|c| c == relation)
+    };
+    for f in gold.facts.iter().filter(|f| in_scope(&f.episodes)) {
+        q.gold_facts += 1;
+        let (Some(&gs), Some(&gt)) = (
+            gold_index.get(&normalize_name(&f.source)),
+            gold_index.get(&normalize_name(&f.target)),
+        ) else {
+            continue;
+        };
+        let chain = if f.chain.is_empty() {
+            vec![f.relation_type.clone()]
+        } else {
+            f.chain.clone()
+        };
+        let mut found_any = false;
+        let mut exact = false;
+        for e in &edges {
+            let (s, t) = (
+                gold_of_node.get(e.source_node_id.as_str()),
+                gold_of_node.get(e.target_node_id.as_str()),
+            );
+            let ends = (s == Some(&gs) && t == Some(&gt)) || (s == Some(&gt) && t == Some(&gs));
+            if ends && family(&e.relation_type, &chain) {
+                found_any = true;
+                exact |= e.relation_type == f.relation_type;
+            }
+        }
+        if found_any {
+            q.facts_found += 1;
+        }
+        if exact {
+            q.relation_exact += 1;
+        }
+    }
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_of_nothing_are_zero() {
+        let q = Quality::default();
+        assert_eq!(
+            (q.entity_precision(), q.entity_recall(), q.fact_recall()),
+            (0.0, 0.0, 0.0)
+        );
+    }
+}
