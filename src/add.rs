@@ -26,7 +26,7 @@ use object_store::ObjectStoreExt;
 use crate::objstore;
 use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType, is_relation_type_name};
 use crate::resolve::normalize_name;
-use crate::store::rows::{self, EdgeRow, FailureRow, NodeLabelRow, NodeRow};
+use crate::store::rows::{self, EdgeRow, FailureRow, NodeRow};
 use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
 use crate::values::{check_value, parse_time};
 
@@ -500,23 +500,6 @@ impl Loader {
             v.retain(|idx| *idx < keep);
         }
     }
-
-    fn labels(&self) -> Vec<NodeLabelRow> {
-        self.nodes
-            .iter()
-            .flat_map(|n| {
-                n.labels
-                    .iter()
-                    .enumerate()
-                    .map(|(depth, label)| NodeLabelRow {
-                        node_id: n.node_id.clone(),
-                        group_id: n.group_id.clone(),
-                        label: label.clone(),
-                        depth: depth as i64,
-                    })
-            })
-            .collect()
-    }
 }
 
 fn describe(kind: PropertyType) -> &'static str {
@@ -593,7 +576,7 @@ pub async fn add_file(
             batch(Table::Nodes, rows::to_batch(Table::Nodes, &loader.nodes))?,
             batch(
                 Table::NodeLabels,
-                rows::to_batch(Table::NodeLabels, &loader.labels()),
+                rows::to_batch(Table::NodeLabels, &rows::node_label_rows(&loader.nodes)),
             )?,
             batch(Table::Edges, rows::to_batch(Table::Edges, &loader.edges))?,
             batch(

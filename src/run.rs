@@ -22,7 +22,7 @@ use crate::ontology::Ontology;
 use crate::resolve::normalize_name;
 use crate::source::{self, Episode, SourceError};
 use crate::spec::PipelineSpec;
-use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeLabelRow, NodeRow};
+use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeRow};
 use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
 
 /// Errors that stop a run (bad items are `failures` rows instead).
@@ -728,20 +728,7 @@ async fn execute(
             .unwrap_or_else(|| vec![crate::ontology::ENTITY_LABEL.into()]);
         nodes.push(row);
     }
-    let labels: Vec<NodeLabelRow> = nodes
-        .iter()
-        .flat_map(|n| {
-            n.labels
-                .iter()
-                .enumerate()
-                .map(|(depth, label)| NodeLabelRow {
-                    node_id: n.node_id.clone(),
-                    group_id: n.group_id.clone(),
-                    label: label.clone(),
-                    depth: depth as i64,
-                })
-        })
-        .collect();
+    let labels = rows::node_label_rows(&nodes);
     let episodes: Vec<EpisodeRow> = succeeded
         .iter()
         .map(|i| {

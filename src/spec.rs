@@ -401,6 +401,26 @@ impl PipelineSpec {
         if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
             return Err(bad("llm.base_url", "must be an http:// or https:// URL"));
         }
+        let x = &self.extract;
+        for (key, value, min) in [
+            (
+                "extract.classify_batch_size",
+                x.classify_batch_size as u64,
+                1,
+            ),
+            ("extract.entity_max_tokens", x.entity_max_tokens as u64, 64),
+            ("extract.fact_max_tokens", x.fact_max_tokens as u64, 64),
+            ("extract.call_budget_secs", x.call_budget_secs, 1),
+            (
+                "extract.max_entities_per_episode",
+                x.max_entities_per_episode as u64,
+                1,
+            ),
+        ] {
+            if value < min {
+                return Err(bad(key, &format!("must be at least {min}")));
+            }
+        }
         if let Some(source) = &self.source {
             if source.url.trim().is_empty() {
                 return Err(bad("source.url", "must not be empty"));

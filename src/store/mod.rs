@@ -623,31 +623,12 @@ impl Transaction {
             .filter(|(t, _)| **t != Table::Runs)
             .map(|(t, d)| (t.name(), version_of(d)))
             .collect();
-        let finished_at = Utc::now();
-        let run = RunRow {
-            run_id: self.run_id.clone(),
-            run_seq: self.run_seq,
-            command: self.command.clone(),
-            status: "completed".into(),
-            group_id: self.group_id.clone(),
-            started_at: self.started_at,
-            finished_at,
-            duration_ms: (finished_at - self.started_at).num_milliseconds(),
-            episodes_seen: stats.episodes_seen,
-            episodes_skipped: stats.episodes_skipped,
-            episodes_added: stats.episodes_added,
-            nodes_added: stats.nodes_added,
-            edges_added: stats.edges_added,
-            failures: stats.failures,
-            llm_calls: stats.llm_calls,
-            prompt_tokens: stats.prompt_tokens,
-            completion_tokens: stats.completion_tokens,
-            cost_usd: stats.cost_usd,
-            ontology_hash: stats.ontology_hash,
-            table_versions: serde_json::to_string(&versions).unwrap_or_default(),
-            error: None,
-            graphloom_version: env!("CARGO_PKG_VERSION").to_string(),
-        };
+        let run = self.run_row(
+            "completed",
+            &stats,
+            serde_json::to_string(&versions).unwrap_or_default(),
+            None,
+        );
         let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
         let base = self
             .tables
@@ -662,6 +643,40 @@ impl Transaction {
         self.tables.insert(Table::Runs, next);
         failpoint("after_commit:runs")?;
         Ok(run)
+    }
+
+    fn run_row(
+        &self,
+        status: &str,
+        stats: &RunStats,
+        table_versions: String,
+        error: Option<String>,
+    ) -> RunRow {
+        let finished_at = Utc::now();
+        RunRow {
+            run_id: self.run_id.clone(),
+            run_seq: self.run_seq,
+            command: self.command.clone(),
+            status: status.to_string(),
+            group_id: self.group_id.clone(),
+            started_at: self.started_at,
+            finished_at,
+            duration_ms: (finished_at - self.started_at).num_milliseconds(),
+            episodes_seen: stats.episodes_seen,
+            episodes_skipped: stats.episodes_skipped,
+            episodes_added: stats.episodes_added,
+            nodes_added: stats.nodes_added,
+            edges_added: stats.edges_added,
+            failures: stats.failures,
+            llm_calls: stats.llm_calls,
+            prompt_tokens: stats.prompt_tokens,
+            completion_tokens: stats.completion_tokens,
+            cost_usd: stats.cost_usd,
+            ontology_hash: stats.ontology_hash.clone(),
+            table_versions,
+            error,
+            graphloom_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
     }
 
     async fn write_table(
@@ -712,35 +727,24 @@ impl Transaction {
     /// Records a failed run (best effort: a row with status `failed` that
     /// pins nothing new) and releases the lock. Staged writes are dropped.
     pub async fn fail(mut self, error: &str, stats: RunStats) -> Result<()> {
-        let finished_at = Utc::now();
-        let run = RunRow {
-            run_id: self.run_id.clone(),
-            run_seq: self.run_seq,
-            command: self.command.clone(),
-            status: "failed".into(),
-            group_id: self.group_id.clone(),
-            started_at: self.started_at,
-            finished_at,
-            duration_ms: (finished_at - self.started_at).num_milliseconds(),
-            episodes_seen: stats.episodes_seen,
-            episodes_skipped: stats.episodes_skipped,
+        // A failed run adds nothing and pins the last completed run's versions.
+        let stats = RunStats {
             episodes_added: 0,
             nodes_added: 0,
             edges_added: 0,
-            failures: stats.failures,
-            llm_calls: stats.llm_calls,
-            prompt_tokens: stats.prompt_tokens,
-            completion_tokens: stats.completion_tokens,
-            cost_usd: stats.cost_usd,
-            ontology_hash: stats.ontology_hash,
-            table_versions: self
-                .head
-                .last_completed
-                .as_ref()
-                .map_or_else(|| "{}".to_string(), |r| r.table_versions.clone()),
-            error: Some(error.chars().take(2000).collect()),
-            graphloom_version: env!("CARGO_PKG_VERSION").to_string(),
+            ..stats
         };
+        let versions = self
+            .head
+            .last_completed
+            .as_ref()
+            .map_or_else(|| "{}".to_string(), |r| r.table_versions.clone());
+        let run = self.run_row(
+            "failed",
+            &stats,
+            versions,
+            Some(error.chars().take(2000).collect()),
+        );
         let result = async {
             let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
             let base = self

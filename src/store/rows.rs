@@ -61,6 +61,25 @@ pub struct NodeLabelRow {
     pub depth: i64,
 }
 
+/// The `node_labels` rows of nodes: one per label, with its depth in the
+/// chain (0 for `Entity`).
+pub fn node_label_rows(nodes: &[NodeRow]) -> Vec<NodeLabelRow> {
+    nodes
+        .iter()
+        .flat_map(|n| {
+            n.labels
+                .iter()
+                .enumerate()
+                .map(|(depth, label)| NodeLabelRow {
+                    node_id: n.node_id.clone(),
+                    group_id: n.group_id.clone(),
+                    label: label.clone(),
+                    depth: depth as i64,
+                })
+        })
+        .collect()
+}
+
 /// A row of `edges`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EdgeRow {
