@@ -200,11 +200,11 @@ impl Progress {
             None => {
                 if self.done == self.total || self.last_log.elapsed().as_secs() >= 10 {
                     self.last_log = Instant::now();
-                    tracing::info!(
+                    // Plain lines on stderr when it is not a terminal (CI,
+                    // cron): progress shows without raising the log level.
+                    eprintln!(
                         "{}: {}/{} episodes, {msg}",
-                        self.name,
-                        self.done,
-                        self.total
+                        self.name, self.done, self.total
                     );
                 }
             }
@@ -536,8 +536,13 @@ async fn execute(
     progress.finish();
 
     // 4. The edge subtype walk.
+    let index_of: HashMap<&str, usize> = all
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.episode_id.as_str(), i))
+        .collect();
     let endpoint_types = |f: &FactMention| -> (String, String) {
-        let Some(i) = all.iter().position(|e| e.episode_id == f.episode_id) else {
+        let Some(&i) = index_of.get(f.episode_id.as_str()) else {
             return ("Entity".into(), "Entity".into());
         };
         let (a, _) = mention_range.get(&i).copied().unwrap_or((0, 0));
