@@ -4,7 +4,7 @@
 # worked queries in sql/, scores the graph against the gold file, and stops
 # the server. Re-running it is quick: committed episodes are skipped.
 #
-# GRAPHLOOM_DEMO_MODEL=1.5b uses the larger model (better, ~2.5x slower);
+# GRAPHLOOM_DEMO_MODEL=0.5b uses the smaller model (less precise);
 # GRAPHLOOM_DEMO_LIMIT=N processes only the N oldest new episodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/graphloom-target}"
 mkdir -p "$CARGO_TARGET_DIR" 2>/dev/null || export CARGO_TARGET_DIR="$HOME/.cache/graphloom-target"
 cargo build --quiet
 bin="$CARGO_TARGET_DIR/debug/graphloom"
-model="${GRAPHLOOM_DEMO_MODEL:-0.5b}"
+model="${GRAPHLOOM_DEMO_MODEL:-1.5b}"
 
 scripts/local-llm.sh setup --model "$model"
 if ! scripts/local-llm.sh status >/dev/null 2>&1; then
