@@ -88,9 +88,13 @@ pub fn parse<T: DeserializeOwned>(content: &str) -> Result<T, String> {
 }
 
 /// The first `n` characters of a reply, for failure rows.
+///
+/// Runs of whitespace become one space, so that pretty-printed JSON reads
+/// on one line in messages and tables.
 pub fn excerpt(content: &str, n: usize) -> String {
-    let mut s: String = content.chars().take(n).collect();
-    if content.chars().count() > n {
+    let flat = content.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut s: String = flat.chars().take(n).collect();
+    if flat.chars().count() > n {
         s.push('…');
     }
     s
@@ -164,5 +168,6 @@ mod tests {
         let err = parse::<Reply>(r#"{"entities": [{"name": "Ac"#).unwrap_err();
         assert!(err.contains("EOF"), "{err}");
         assert_eq!(excerpt("abcdef", 3), "abc…");
+        assert_eq!(excerpt("{\n  \"a\": 1\n}", 40), "{ \"a\": 1 }");
     }
 }
