@@ -416,7 +416,12 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         r.episodes_planned,
         r.episodes_added
     );
-    out!("graph: +{} nodes, +{} edges", r.nodes_added, r.edges_added);
+    out!(
+        "graph: +{} nodes, {} existing nodes updated, +{} edges",
+        r.nodes_added,
+        r.nodes_updated,
+        r.edges_added
+    );
     let stages: Vec<String> = r
         .calls_by_stage
         .iter()

@@ -19,7 +19,7 @@ use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
 use crate::llm::plan::StagePlan;
 use crate::llm::{CacheMode, LlmClient, LlmError, ResponseCache};
 use crate::ontology::Ontology;
-use crate::resolve::normalize_name;
+use crate::resolve::{DEFAULT_CORPORATE_SUFFIXES, fold_suffixes, normalize_name};
 use crate::source::{self, Episode, SourceError};
 use crate::spec::PipelineSpec;
 use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeRow};
@@ -80,8 +80,10 @@ pub struct RunReport {
     pub failures_by_stage: BTreeMap<String, usize>,
     /// A few failures, for the summary.
     pub failure_samples: Vec<FailureRow>,
-    /// Nodes and edges written.
+    /// New nodes written.
     pub nodes_added: usize,
+    /// Committed nodes this run's mentions resolved to (updated in place).
+    pub nodes_updated: usize,
     /// Edges written.
     pub edges_added: usize,
     /// LLM calls by stage (hits included).
@@ -311,6 +313,143 @@ struct NodeDraft {
 fn compatible(a: &[String], b: &[String]) -> bool {
     let n = a.len().min(b.len());
     a[..n] == b[..n]
+}
+
+#[derive(serde::Deserialize)]
+struct CommittedMatch {
+    draft_idx: i64,
+    #[serde(flatten)]
+    node: NodeRow,
+}
+
+/// Finds, for each draft node of this run, the committed node it is: same
+/// group, same name once case, punctuation and corporate suffixes are
+/// folded, and chains where one is a prefix of the other. The candidates
+/// come from a DataFusion join; a draft with several candidates stays a
+/// new node (under-merge over over-merge).
+async fn match_committed(
+    ctx: &SessionContext,
+    drafts: &[NodeDraft],
+) -> Result<HashMap<usize, NodeRow>, RunError> {
+    if drafts.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let fold = datafusion::logical_expr::create_udf(
+        "fold_name",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        datafusion::logical_expr::Volatility::Immutable,
+        Arc::new(|args: &[datafusion::logical_expr::ColumnarValue]| {
+            let names = args[0].to_array(1)?;
+            let names = arrow::compute::cast(&names, &DataType::Utf8)?;
+            let out: StringArray = names
+                .as_string::<i32>()
+                .iter()
+                .map(|n| n.map(|n| fold_suffixes(n, DEFAULT_CORPORATE_SUFFIXES)))
+                .collect();
+            Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(
+                out,
+            )))
+        }),
+    );
+    ctx.register_udf(fold);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("draft_idx", DataType::Int64, false),
+        Field::new("group_id", DataType::Utf8, false),
+        Field::new("folded", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(arrow::array::Int64Array::from_iter_values(
+                0..drafts.len() as i64,
+            )),
+            Arc::new(StringArray::from_iter_values(
+                drafts.iter().map(|d| d.row.group_id.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(drafts.iter().map(|d| {
+                fold_suffixes(&d.row.name_normalized, DEFAULT_CORPORATE_SUFFIXES)
+            }))),
+        ],
+    )
+    .map_err(datafusion::error::DataFusionError::from)?;
+    let _ = ctx.deregister_table("run_drafts");
+    ctx.register_table(
+        "run_drafts",
+        Arc::new(datafusion::datasource::MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?),
+    )?;
+    let batches = ctx
+        .sql(
+            "SELECT d.draft_idx, n.* FROM run_drafts d \
+             JOIN nodes n ON n.group_id = d.group_id AND fold_name(n.name_normalized) = d.folded",
+        )
+        .await?
+        .collect()
+        .await?;
+    let mut candidates: HashMap<usize, Vec<NodeRow>> = HashMap::new();
+    for b in &batches {
+        if b.num_rows() == 0 {
+            continue;
+        }
+        let mut w = arrow::json::ArrayWriter::new(Vec::new());
+        w.write(b)
+            .map_err(datafusion::error::DataFusionError::from)?;
+        w.finish()
+            .map_err(datafusion::error::DataFusionError::from)?;
+        let found: Vec<CommittedMatch> = serde_json::from_slice(&w.into_inner())
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        for m in found {
+            let d = m.draft_idx as usize;
+            let chain = m.node.labels.get(1..).unwrap_or_default();
+            if d < drafts.len() && compatible(chain, &drafts[d].chain) {
+                candidates.entry(d).or_default().push(m.node);
+            }
+        }
+    }
+    Ok(candidates
+        .into_iter()
+        .filter_map(|(d, mut c)| (c.len() == 1).then(|| (d, c.remove(0))))
+        .collect())
+}
+
+/// Folds what this run learnt about a node into its committed row: the
+/// longer chain wins (with the attributes of its last type), equal chains
+/// overlay the new attributes on the old (newer values win), episode ids
+/// and degree add up. The name, id, short id and origin stay.
+fn merge_into(
+    mut existing: NodeRow,
+    draft: NodeRow,
+    chain: &[String],
+    now: chrono::DateTime<Utc>,
+    run_id: &str,
+    ontology: &Ontology,
+) -> NodeRow {
+    let old_chain: Vec<String> = existing.labels.get(1..).unwrap_or_default().to_vec();
+    if chain.len() > old_chain.len() {
+        existing.node_type = draft.node_type.clone();
+        existing.labels = ontology
+            .labels_for(&existing.node_type)
+            .unwrap_or(draft.labels.clone());
+        existing.attributes = draft.attributes.clone();
+    } else if chain == old_chain.as_slice() {
+        let mut attrs: Map<String, Value> =
+            serde_json::from_str(&existing.attributes).unwrap_or_default();
+        let new: Map<String, Value> = serde_json::from_str(&draft.attributes).unwrap_or_default();
+        attrs.extend(new);
+        existing.attributes = Value::Object(attrs).to_string();
+    }
+    for e in draft.episode_ids {
+        if !existing.episode_ids.contains(&e) {
+            existing.episode_ids.push(e);
+        }
+    }
+    existing.rank += draft.rank;
+    existing.updated_at = now;
+    existing.run_id = run_id.to_string();
+    existing
 }
 
 /// Runs the pipeline.
@@ -618,7 +757,10 @@ async fn execute(
         };
         let ep = &all[i];
         for (k, m) in mentions[a..b].iter().enumerate() {
-            let key = (ep.group_id.clone(), normalize_name(&m.name));
+            let key = (
+                ep.group_id.clone(),
+                fold_suffixes(&normalize_name(&m.name), DEFAULT_CORPORATE_SUFFIXES),
+            );
             let candidates: Vec<usize> = by_name
                 .get(&key)
                 .map(|v| {
@@ -657,7 +799,7 @@ async fn execute(
                         short_id: 0,
                         group_id: ep.group_id.clone(),
                         name: m.name.clone(),
-                        name_normalized: key.1.clone(),
+                        name_normalized: normalize_name(&m.name),
                         node_type: String::new(),
                         labels: Vec::new(),
                         summary: None,
@@ -676,6 +818,12 @@ async fn execute(
             };
             node_of_mention.insert(a + k, node);
         }
+    }
+    // Resolution against the committed graph: a draft takes over the
+    // committed node it unambiguously matches.
+    let committed = match_committed(&ctx, &drafts).await?;
+    for (d, existing) in &committed {
+        drafts[*d].row.node_id = existing.node_id.clone();
     }
     let succeeded_set: HashSet<usize> = succeeded.iter().copied().collect();
     let mut edges: Vec<EdgeRow> = Vec::new();
@@ -720,9 +868,10 @@ async fn execute(
         });
     }
     let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
+    let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
+    let mut next_short_id = base_short_id;
     for (k, d) in drafts.into_iter().enumerate() {
         let mut row = d.row;
-        row.short_id = base_short_id + 1 + k as i64;
         row.node_type = d
             .chain
             .last()
@@ -731,8 +880,26 @@ async fn execute(
         row.labels = ontology
             .labels_for(&row.node_type)
             .unwrap_or_else(|| vec![crate::ontology::ENTITY_LABEL.into()]);
-        nodes.push(row);
+        match committed.get(&k) {
+            Some(existing) => {
+                let base = updated
+                    .remove(&existing.node_id)
+                    .unwrap_or_else(|| existing.clone());
+                updated.insert(
+                    existing.node_id.clone(),
+                    merge_into(base, row, &d.chain, now, &run_id, ontology),
+                );
+            }
+            None => {
+                next_short_id += 1;
+                row.short_id = next_short_id;
+                nodes.push(row);
+            }
+        }
     }
+    let nodes_added = nodes.len();
+    let updated_ids: Vec<String> = updated.keys().cloned().collect();
+    nodes.extend(updated.into_values());
     let labels = rows::node_label_rows(&nodes);
     let episodes: Vec<EpisodeRow> = succeeded
         .iter()
@@ -764,7 +931,8 @@ async fn execute(
     report.completion_tokens = totals.completion_tokens;
     report.cost_usd = totals.cost_usd;
     report.episodes_added = episodes.len();
-    report.nodes_added = nodes.len();
+    report.nodes_added = nodes_added;
+    report.nodes_updated = updated_ids.len();
     report.edges_added = edges.len();
     for f in &failures {
         *report.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
@@ -779,13 +947,12 @@ async fn execute(
         ),
         (
             Table::Nodes,
-            WriteMode::Append,
+            if updated_ids.is_empty() {
+                WriteMode::Append
+            } else {
+                WriteMode::Upsert("node_id")
+            },
             rows::to_batch(Table::Nodes, &nodes)?,
-        ),
-        (
-            Table::NodeLabels,
-            WriteMode::Append,
-            rows::to_batch(Table::NodeLabels, &labels)?,
         ),
         (
             Table::Edges,
@@ -803,7 +970,24 @@ async fn execute(
             rows::to_batch(Table::Failures, &failures)?,
         ),
     ];
-    writes.retain(|(_, _, b)| b.num_rows() > 0);
+    // Labels of updated nodes are replaced: their chain may have grown.
+    if !updated_ids.is_empty() {
+        let ids: Vec<String> = updated_ids
+            .iter()
+            .map(|id| format!("'{}'", id.replace('\'', "''")))
+            .collect();
+        writes.push((
+            Table::NodeLabels,
+            WriteMode::Delete(format!("node_id IN ({})", ids.join(", "))),
+            RecordBatch::new_empty(Table::NodeLabels.schema()),
+        ));
+    }
+    writes.push((
+        Table::NodeLabels,
+        WriteMode::Append,
+        rows::to_batch(Table::NodeLabels, &labels)?,
+    ));
+    writes.retain(|(_, mode, b)| b.num_rows() > 0 || matches!(mode, WriteMode::Delete(_)));
     let hash = ontology.content_hash();
     if tx
         .head()
@@ -820,7 +1004,7 @@ async fn execute(
         episodes_seen: all.len() as i64,
         episodes_skipped: report.episodes_skipped as i64,
         episodes_added: episodes.len() as i64,
-        nodes_added: nodes.len() as i64,
+        nodes_added: nodes_added as i64,
         edges_added: edges.len() as i64,
         failures: failures.len() as i64,
         llm_calls: calls.len() as i64,

@@ -174,12 +174,17 @@ impl Snapshot {
 }
 
 /// How a staged write changes its table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteMode {
     /// Add rows.
     Append,
     /// Replace every row.
     Overwrite,
+    /// Delta MERGE on the key column: rows whose key exists are replaced,
+    /// the others inserted.
+    Upsert(&'static str),
+    /// Delete the rows matching a SQL predicate (the batches are ignored).
+    Delete(String),
 }
 
 /// A table rolled back by recovery.
@@ -687,20 +692,64 @@ impl Transaction {
         batches: Vec<RecordBatch>,
     ) -> Result<DeltaTable> {
         let expected = version_of(&base);
-        let save_mode = match mode {
-            WriteMode::Append => SaveMode::Append,
-            WriteMode::Overwrite => SaveMode::Overwrite,
-        };
+        let props = commit_props(&self.run_id, &self.command);
         let batches = if batches.is_empty() {
             vec![RecordBatch::new_empty(table.schema())]
         } else {
             batches
         };
-        let written = base
-            .write(batches)
-            .with_save_mode(save_mode)
-            .with_commit_properties(commit_props(&self.run_id, &self.command))
-            .await;
+        let written = match mode {
+            WriteMode::Append | WriteMode::Overwrite => {
+                let save_mode = if mode == WriteMode::Append {
+                    SaveMode::Append
+                } else {
+                    SaveMode::Overwrite
+                };
+                base.write(batches)
+                    .with_save_mode(save_mode)
+                    .with_commit_properties(props)
+                    .await
+            }
+            WriteMode::Upsert(key) => {
+                let ctx = SessionContext::new();
+                let source = ctx.read_batches(batches)?;
+                let columns: Vec<String> = table
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                let merge = base
+                    .merge(source, format!("target.{key} = source.{key}"))
+                    .with_source_alias("source")
+                    .with_target_alias("target")
+                    .with_commit_properties(props)
+                    .when_matched_update(|mut u| {
+                        for c in &columns {
+                            u = u.update(c.as_str(), format!("source.{c}"));
+                        }
+                        u
+                    })
+                    .and_then(|m| {
+                        m.when_not_matched_insert(|mut i| {
+                            for c in &columns {
+                                i = i.set(c.as_str(), format!("source.{c}"));
+                            }
+                            i
+                        })
+                    });
+                match merge {
+                    Ok(m) => m.await.map(|(t, _)| t),
+                    Err(e) => Err(e),
+                }
+            }
+            WriteMode::Delete(predicate) => base
+                .delete()
+                .with_predicate(predicate)
+                .with_commit_properties(props)
+                .await
+                .map(|(t, _)| t),
+        };
         match written {
             Ok(next) => Ok(next),
             Err(source) => {

@@ -27,7 +27,10 @@ this line is broken
 
 /// Entities the scripted model finds in each episode, by a word of it.
 fn entities_for(text: &str) -> Value {
-    let list = if text.contains("PO-1 for 40 laptops") {
+    let list = if text.contains("confirmed delivery of PO-1") {
+        json!([{"name": "ACME Corp.", "type": "Company", "attributes": []},
+               {"name": "PO-1", "type": "Contract", "attributes": []}])
+    } else if text.contains("PO-1 for 40 laptops") {
         json!([{"name": "Acme Corp", "type": "Company", "attributes": [{"name": "domain", "value": "acme.test"}]},
                {"name": "PO-1", "type": "Contract", "attributes": [{"name": "details", "value": "40 laptops"}]},
                {"name": "2025-03-01", "type": "Entity", "attributes": []}])
@@ -63,7 +66,7 @@ fn facts_for(text: &str) -> Value {
 
 /// Answers a classification call: PO-1 is a PurchaseOrder, anything else
 /// fits no subtype; employment facts are full-time.
-fn classify(user: &str, facts: bool) -> Value {
+fn classify(user: &str, facts: bool, po_is_plain: bool) -> Value {
     let mut items = Vec::new();
     for line in user.lines() {
         let Some(rest) = line.strip_prefix('[') else {
@@ -80,7 +83,7 @@ fn classify(user: &str, facts: bool) -> Value {
                 "none"
             };
             json!({"id": id, "subtype": sub})
-        } else if text.contains("PO-1") {
+        } else if text.contains("PO-1") && !po_is_plain {
             json!({"id": id, "subtype": "PurchaseOrder", "attributes": [{"name": "po_number", "value": "PO-1"}, {"name": "details", "value": "ignored"}]})
         } else {
             json!({"id": id, "subtype": "none", "attributes": []})
@@ -90,7 +93,10 @@ fn classify(user: &str, facts: bool) -> Value {
     json!({"items": items})
 }
 
-fn responder(fail_entities: Arc<AtomicBool>) -> impl Fn(&ChatRequestView) -> Reply + Send + Sync {
+fn responder(
+    fail_entities: Arc<AtomicBool>,
+    po_is_plain: Arc<AtomicBool>,
+) -> impl Fn(&ChatRequestView) -> Reply + Send + Sync {
     move |req: &ChatRequestView| {
         let system = req.last("system").unwrap_or_default();
         let user = req.last("user").unwrap_or_default();
@@ -103,7 +109,11 @@ fn responder(fail_entities: Arc<AtomicBool>) -> impl Fn(&ChatRequestView) -> Rep
         } else if system.contains("state the facts") {
             Reply::json(&facts_for(current))
         } else if system.contains("already classified as") {
-            Reply::json(&classify(user, system.contains("is a fact")))
+            Reply::json(&classify(
+                user,
+                system.contains("is a fact"),
+                po_is_plain.load(Ordering::SeqCst),
+            ))
         } else {
             Reply::error(400, "unexpected prompt", "invalid_request_error", None)
         }
@@ -116,6 +126,8 @@ struct Fixture {
     spec: PipelineSpec,
     store: GraphStore,
     fail_entities: Arc<AtomicBool>,
+    po_is_plain: Arc<AtomicBool>,
+    source_file: std::path::PathBuf,
 }
 
 async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
@@ -124,9 +136,13 @@ async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
     std::fs::create_dir_all(&source).expect("mkdir");
     std::fs::write(source.join("chat.jsonl"), EPISODES).expect("write episodes");
     let fail_entities = Arc::new(AtomicBool::new(false));
-    let server = TestServer::start(Behavior::with_responder(responder(fail_entities.clone())))
-        .await
-        .expect("server");
+    let po_is_plain = Arc::new(AtomicBool::new(false));
+    let server = TestServer::start(Behavior::with_responder(responder(
+        fail_entities.clone(),
+        po_is_plain.clone(),
+    )))
+    .await
+    .expect("server");
     let (mut spec, _) = common::procurement();
     let src: &Path = &source;
     spec.source = Some(SourceSpec {
@@ -151,6 +167,8 @@ async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
         spec,
         store,
         fail_entities,
+        po_is_plain,
+        source_file: source.join("chat.jsonl"),
     }
 }
 
@@ -418,4 +436,81 @@ async fn walk_batches_follow_the_batch_size_and_strict_mode_drops_untyped_entiti
     )
     .await;
     assert_eq!(generic[0]["n"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grown_archive_resolves_new_mentions_to_committed_nodes_and_upgrades_chains() {
+    let f = fixture(|_| {}).await;
+    // First run: PO-1 fits no subtype yet, so it is a plain Contract.
+    f.po_is_plain.store(true, Ordering::SeqCst);
+    run(&f).await;
+    let po = query(
+        &f.store,
+        "SELECT node_id, labels, episode_ids FROM nodes WHERE name = 'PO-1'",
+    )
+    .await;
+    assert_eq!(po.len(), 1);
+    assert_eq!(po[0]["labels"], json!(["Entity", "Contract"]));
+    let po_id = po[0]["node_id"].clone();
+    // The archive grows by one episode that names ACME Corp. and PO-1, and
+    // PO-1 is now recognised as a purchase order.
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str("{\"id\": \"e6\", \"content\": \"ACME Corp. confirmed delivery of PO-1.\", \"kind\": \"message\", \"reference_time\": \"2025-04-01T10:00:00Z\"}\n");
+    std::fs::write(&f.source_file, text).expect("write");
+    f.po_is_plain.store(false, Ordering::SeqCst);
+    let second = run(&f).await;
+    assert_eq!((second.episodes_skipped, second.episodes_added), (4, 1));
+    assert_eq!(
+        (second.nodes_added, second.nodes_updated),
+        (0, 2),
+        "both mentions resolved to committed nodes"
+    );
+    let po = query(
+        &f.store,
+        "SELECT node_id, labels, episode_ids FROM nodes WHERE name = 'PO-1'",
+    )
+    .await;
+    assert_eq!(po.len(), 1, "no duplicate node: {po:?}");
+    assert_eq!(
+        po[0]["node_id"], po_id,
+        "the committed node is updated in place"
+    );
+    assert_eq!(
+        po[0]["labels"],
+        json!(["Entity", "Contract", "PurchaseOrder"]),
+        "chain-prefix upgrade"
+    );
+    assert_eq!(po[0]["episode_ids"].as_array().map(Vec::len), Some(3));
+    let all = query(&f.store, "SELECT name, name_normalized FROM nodes").await;
+    let acme: Vec<_> = all
+        .iter()
+        .filter(|n| {
+            n["name_normalized"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("acme corp"))
+        })
+        .collect();
+    assert_eq!(acme.len(), 1, "ACME Corp. resolved to Acme Corp: {all:?}");
+    // node_labels follows the upgrade, with no stale rows.
+    let labels = query(
+        &f.store,
+        &format!(
+            "SELECT label, depth FROM node_labels WHERE node_id = '{}' ORDER BY depth",
+            po_id.as_str().unwrap_or_default()
+        ),
+    )
+    .await;
+    assert_eq!(
+        labels
+            .iter()
+            .map(|l| l["label"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!("Entity"), json!("Contract"), json!("PurchaseOrder")]
+    );
+    let consistent = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes n WHERE cardinality(n.labels) <> (SELECT count(*) FROM node_labels l WHERE l.node_id = n.node_id)",
+    )
+    .await;
+    assert_eq!(consistent[0]["n"], 0);
 }
