@@ -216,3 +216,247 @@ mod tests {
         assert_eq!(keys("Priya Raman"), keys("Priya Raman"), "deterministic");
     }
 }
+
+/// `[resolve]` settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResolveSpec {
+    /// Edge types (with their subtypes) under which a source node holds at
+    /// most one valid fact at a time, e.g. `EMPLOYED_BY`: a newer fact to a
+    /// different target invalidates the older one.
+    pub functional_edge_types: Vec<String>,
+}
+
+/// What fact resolution changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FactResolution {
+    /// New edges folded into an existing or earlier edge.
+    pub duplicates: usize,
+    /// Edges invalidated by a newer contradicting fact.
+    pub invalidated: usize,
+    /// Committed edges that changed and must be written back.
+    pub changed_committed: std::collections::BTreeSet<String>,
+}
+
+/// Resolves this run's edges against each other and against committed
+/// edges of the same source nodes (`committed`, all still unexpired):
+///
+/// * a new edge with the same endpoints, relation type and fact text (after
+///   normalisation) as another is a duplicate: the survivor gets the union
+///   of episode ids and the earliest `valid_at`;
+/// * within a functional family, facts of one source are taken in
+///   `valid_at` order (facts without one are left alone); each fact whose
+///   target differs from the next one's is invalidated at the next one's
+///   `valid_at` and expired at `now` — also when the newer fact came first
+///   or in the same batch. Nothing is deleted.
+///
+/// `family` maps a relation type to its top-level type.
+pub fn resolve_facts(
+    new_edges: &mut Vec<crate::store::rows::EdgeRow>,
+    committed: &mut [crate::store::rows::EdgeRow],
+    functional: &[String],
+    family: &dyn Fn(&str) -> String,
+    now: chrono::DateTime<chrono::Utc>,
+) -> FactResolution {
+    use std::collections::HashMap;
+    let mut out = FactResolution::default();
+    let key = |e: &crate::store::rows::EdgeRow| {
+        (
+            e.source_node_id.clone(),
+            e.target_node_id.clone(),
+            e.relation_type.clone(),
+            normalize_name(&e.fact),
+        )
+    };
+    // Duplicates: against committed edges first, then earlier new edges.
+    let mut seen: HashMap<(String, String, String, String), (bool, usize)> = HashMap::new();
+    for (i, e) in committed.iter().enumerate() {
+        seen.entry(key(e)).or_insert((true, i));
+    }
+    let mut kept: Vec<crate::store::rows::EdgeRow> = Vec::with_capacity(new_edges.len());
+    for e in new_edges.drain(..) {
+        let k = key(&e);
+        let target = match seen.get(&k) {
+            Some((true, i)) => Some(&mut committed[*i]),
+            Some((false, i)) => Some(&mut kept[*i]),
+            None => None,
+        };
+        match target {
+            Some(t) => {
+                for id in &e.episode_ids {
+                    if !t.episode_ids.contains(id) {
+                        t.episode_ids.push(id.clone());
+                    }
+                }
+                t.valid_at = match (t.valid_at, e.valid_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if seen.get(&k).is_some_and(|(c, _)| *c) {
+                    out.changed_committed.insert(t.edge_id.clone());
+                }
+                out.duplicates += 1;
+            }
+            None => {
+                seen.insert(k, (false, kept.len()));
+                kept.push(e);
+            }
+        }
+    }
+    *new_edges = kept;
+
+    // Contradictions within functional families, in valid_at order.
+    let functional: std::collections::BTreeSet<&str> =
+        functional.iter().map(String::as_str).collect();
+    let mut groups: HashMap<(String, String), Vec<(bool, usize)>> = HashMap::new();
+    for (i, e) in committed.iter().enumerate() {
+        let f = family(&e.relation_type);
+        if functional.contains(f.as_str()) && e.valid_at.is_some() && e.expired_at.is_none() {
+            groups
+                .entry((e.source_node_id.clone(), f))
+                .or_default()
+                .push((true, i));
+        }
+    }
+    for (i, e) in new_edges.iter().enumerate() {
+        let f = family(&e.relation_type);
+        if functional.contains(f.as_str()) && e.valid_at.is_some() {
+            groups
+                .entry((e.source_node_id.clone(), f))
+                .or_default()
+                .push((false, i));
+        }
+    }
+    for members in groups.values_mut() {
+        // (valid_at, target) of each member, read before any change.
+        let facts: Vec<(Option<chrono::DateTime<chrono::Utc>>, String)> = members
+            .iter()
+            .map(|m| {
+                let e = if m.0 {
+                    &committed[m.1]
+                } else {
+                    &new_edges[m.1]
+                };
+                (e.valid_at, e.target_node_id.clone())
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        order.sort_by_key(|k| facts[*k].0);
+        for w in 0..order.len().saturating_sub(1) {
+            let (older, newer) = (members[order[w]], &facts[order[w + 1]]);
+            let (newer_valid, newer_target) = (newer.0, newer.1.clone());
+            let e = if older.0 {
+                &mut committed[older.1]
+            } else {
+                &mut new_edges[older.1]
+            };
+            if e.target_node_id == newer_target {
+                continue;
+            }
+            let until = match (e.invalid_at, newer_valid) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if e.expired_at.is_none() {
+                e.invalid_at = until;
+                e.expired_at = Some(now);
+                out.invalidated += 1;
+                if older.0 {
+                    out.changed_committed.insert(e.edge_id.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod fact_tests {
+    use super::*;
+    use crate::store::rows::EdgeRow;
+    use chrono::{TimeZone, Utc};
+
+    fn edge(id: &str, target: &str, valid: Option<i32>) -> EdgeRow {
+        EdgeRow {
+            edge_id: id.into(),
+            group_id: "g".into(),
+            source_node_id: "priya".into(),
+            target_node_id: target.into(),
+            relation_type: "WORKS_FULL_TIME_FOR".into(),
+            fact: format!("Priya works for {target}."),
+            attributes: "{}".into(),
+            episode_ids: vec![format!("ep-{id}")],
+            valid_at: valid.map(|y| Utc.with_ymd_and_hms(y, 1, 1, 0, 0, 0).unwrap()),
+            invalid_at: None,
+            created_at: Utc::now(),
+            expired_at: None,
+            fact_embedding: None,
+            origin: "extract".into(),
+            run_id: "r".into(),
+        }
+    }
+
+    fn family(_: &str) -> String {
+        "EMPLOYED_BY".into()
+    }
+
+    #[test]
+    fn a_new_fact_that_predates_a_committed_one_is_stored_already_invalid() {
+        let mut committed = vec![edge("c", "brightline", Some(2025))];
+        let mut new = vec![edge("n", "acme", Some(2021))];
+        let now = Utc::now();
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &["EMPLOYED_BY".into()],
+            &family,
+            now,
+        );
+        assert_eq!(r.invalidated, 1);
+        assert!(
+            r.changed_committed.is_empty(),
+            "the committed, newer fact stays valid"
+        );
+        assert_eq!(new[0].invalid_at, committed[0].valid_at);
+        assert_eq!(new[0].expired_at, Some(now));
+        assert_eq!(committed[0].expired_at, None);
+    }
+
+    #[test]
+    fn non_functional_types_and_same_targets_are_left_alone() {
+        let mut committed = vec![edge("c", "acme", Some(2021))];
+        let mut new = vec![edge("n", "brightline", Some(2025))];
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, Utc::now());
+        assert_eq!(r.invalidated, 0);
+        let mut committed = vec![edge("c", "acme", Some(2021))];
+        let mut new = vec![edge("n", "acme", Some(2023))];
+        new[0].fact = "Priya still works for acme.".into();
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &["EMPLOYED_BY".into()],
+            &family,
+            Utc::now(),
+        );
+        assert_eq!((r.invalidated, r.duplicates), (0, 0));
+    }
+
+    #[test]
+    fn a_duplicate_of_a_committed_fact_merges_into_it() {
+        let mut committed = vec![edge("c", "acme", Some(2022))];
+        let mut new = vec![edge("n", "acme", Some(2021))];
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, Utc::now());
+        assert_eq!(r.duplicates, 1);
+        assert!(new.is_empty());
+        assert_eq!(
+            committed[0].episode_ids,
+            vec!["ep-c".to_string(), "ep-n".to_string()]
+        );
+        assert_eq!(
+            committed[0].valid_at,
+            Some(Utc.with_ymd_and_hms(2021, 1, 1, 0, 0, 0).unwrap()),
+            "earliest valid_at kept"
+        );
+        assert!(r.changed_committed.contains("c"));
+    }
+}

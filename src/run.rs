@@ -4,7 +4,7 @@
 //! `episodes` and the graph, or in `failures` with its reason (and is
 //! retried by the next run, since it is not in `episodes`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -84,8 +84,12 @@ pub struct RunReport {
     pub nodes_added: usize,
     /// Committed nodes this run's mentions resolved to (updated in place).
     pub nodes_updated: usize,
-    /// Edges written.
+    /// New edges written.
     pub edges_added: usize,
+    /// New facts folded into an existing or earlier edge.
+    pub duplicate_facts: usize,
+    /// Facts invalidated by a newer contradicting fact.
+    pub invalidated_facts: usize,
     /// LLM calls by stage (hits included).
     pub calls_by_stage: BTreeMap<String, usize>,
     /// Calls answered by the cache.
@@ -413,6 +417,45 @@ async fn match_committed(
         .into_iter()
         .filter_map(|(d, mut c)| (c.len() == 1).then(|| (d, c.remove(0))))
         .collect())
+}
+
+/// The unexpired committed edges whose source is a source of `edges`
+/// (a DataFusion semi-join against `edges`).
+async fn committed_edges_of(
+    ctx: &SessionContext,
+    edges: &[EdgeRow],
+) -> Result<Vec<EdgeRow>, RunError> {
+    if edges.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "node_id",
+        DataType::Utf8,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from_iter_values(sources))],
+    )
+    .map_err(datafusion::error::DataFusionError::from)?;
+    let _ = ctx.deregister_table("run_sources");
+    ctx.register_table(
+        "run_sources",
+        Arc::new(datafusion::datasource::MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?),
+    )?;
+    let batches = ctx
+        .sql(
+            "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id \
+             WHERE e.expired_at IS NULL",
+        )
+        .await?
+        .collect()
+        .await?;
+    Ok(rows::from_batches(Table::Edges, &batches)?)
 }
 
 /// Folds what this run learnt about a node into its committed row: the
@@ -827,7 +870,6 @@ async fn execute(
     }
     let succeeded_set: HashSet<usize> = succeeded.iter().copied().collect();
     let mut edges: Vec<EdgeRow> = Vec::new();
-    let mut edge_keys: HashMap<(usize, usize, String, String), usize> = HashMap::new();
     for (f, owner) in facts.iter().zip(&fact_owner) {
         if !succeeded_set.contains(owner) {
             continue;
@@ -839,16 +881,8 @@ async fn execute(
         ) else {
             continue;
         };
-        let key = (s, t, f.relation_type().to_string(), normalize_name(&f.fact));
-        if let Some(&e) = edge_keys.get(&key) {
-            if !edges[e].episode_ids.contains(&f.episode_id) {
-                edges[e].episode_ids.push(f.episode_id.clone());
-            }
-            continue;
-        }
-        drafts[s].row.rank += 1;
-        drafts[t].row.rank += 1;
-        edge_keys.insert(key, edges.len());
+        // Duplicates, also across episodes of this run, are folded by
+        // fact resolution below.
         edges.push(EdgeRow {
             edge_id: uuid::Uuid::now_v7().to_string(),
             group_id: drafts[s].row.group_id.clone(),
@@ -867,6 +901,43 @@ async fn execute(
             run_id: run_id.clone(),
         });
     }
+    // Fact resolution: duplicates fold into one edge, and within functional
+    // families a newer fact invalidates an older one, against this run's
+    // edges and the committed edges of the same source nodes.
+    let mut committed_edges = committed_edges_of(&ctx, &edges).await?;
+    let family = |r: &str| -> String {
+        ontology
+            .edge_tree
+            .chain(r)
+            .and_then(|c| c.first().cloned())
+            .unwrap_or_else(|| r.to_string())
+    };
+    let facts = crate::resolve::resolve_facts(
+        &mut edges,
+        &mut committed_edges,
+        &spec.resolve.functional_edge_types,
+        &family,
+        now,
+    );
+    report.duplicate_facts = facts.duplicates;
+    report.invalidated_facts = facts.invalidated;
+    // Degrees count the edges that stay.
+    let mut degree: HashMap<String, i64> = HashMap::new();
+    for e in &edges {
+        *degree.entry(e.source_node_id.clone()).or_default() += 1;
+        *degree.entry(e.target_node_id.clone()).or_default() += 1;
+    }
+    for d in drafts.iter_mut() {
+        d.row.rank += degree.remove(&d.row.node_id).unwrap_or(0);
+    }
+    let edges_added = edges.len();
+    let changed_edges = facts.changed_committed.len();
+    edges.extend(
+        committed_edges
+            .into_iter()
+            .filter(|e| facts.changed_committed.contains(&e.edge_id)),
+    );
+
     let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
     let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
     let mut next_short_id = base_short_id;
@@ -933,7 +1004,7 @@ async fn execute(
     report.episodes_added = episodes.len();
     report.nodes_added = nodes_added;
     report.nodes_updated = updated_ids.len();
-    report.edges_added = edges.len();
+    report.edges_added = edges_added;
     for f in &failures {
         *report.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
     }
@@ -956,7 +1027,11 @@ async fn execute(
         ),
         (
             Table::Edges,
-            WriteMode::Append,
+            if changed_edges == 0 {
+                WriteMode::Append
+            } else {
+                WriteMode::Upsert("edge_id")
+            },
             rows::to_batch(Table::Edges, &edges)?,
         ),
         (
@@ -1005,7 +1080,7 @@ async fn execute(
         episodes_skipped: report.episodes_skipped as i64,
         episodes_added: episodes.len() as i64,
         nodes_added: nodes_added as i64,
-        edges_added: edges.len() as i64,
+        edges_added: edges_added as i64,
         failures: failures.len() as i64,
         llm_calls: calls.len() as i64,
         prompt_tokens: totals.prompt_tokens as i64,

@@ -55,6 +55,9 @@ pub struct PipelineSpec {
     /// Extraction and classification settings.
     #[serde(default)]
     pub extract: crate::extract::ExtractSpec,
+    /// Resolution settings.
+    #[serde(default)]
+    pub resolve: crate::resolve::ResolveSpec,
 }
 
 /// `[source]`: the archive of episodes (read by [`crate::source::load`]).
@@ -400,6 +403,14 @@ impl PipelineSpec {
         }
         if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
             return Err(bad("llm.base_url", "must be an http:// or https:// URL"));
+        }
+        for (i, t) in self.resolve.functional_edge_types.iter().enumerate() {
+            if !self.ontology.edge_types.iter().any(|e| &e.name == t) {
+                return Err(bad(
+                    &format!("resolve.functional_edge_types[{i}]"),
+                    &format!("`{t}` is not a declared edge type"),
+                ));
+            }
         }
         let x = &self.extract;
         for (key, value, min) in [

@@ -27,7 +27,13 @@ this line is broken
 
 /// Entities the scripted model finds in each episode, by a word of it.
 fn entities_for(text: &str) -> Value {
-    let list = if text.contains("confirmed delivery of PO-1") {
+    let list = if text.contains("Priya Raman works full time for Acme Corp") {
+        json!([{"name": "Priya Raman", "type": "Person", "attributes": []},
+               {"name": "Acme Corp", "type": "Company", "attributes": []}])
+    } else if text.contains("Priya Raman is at Brightline Systems now") {
+        json!([{"name": "Priya Raman", "type": "Person", "attributes": []},
+               {"name": "Brightline Systems", "type": "Company", "attributes": []}])
+    } else if text.contains("confirmed delivery of PO-1") {
         json!([{"name": "ACME Corp.", "type": "Company", "attributes": []},
                {"name": "PO-1", "type": "Contract", "attributes": []}])
     } else if text.contains("PO-1 for 40 laptops") {
@@ -50,7 +56,11 @@ fn entities_for(text: &str) -> Value {
 }
 
 fn facts_for(text: &str) -> Value {
-    let list = if text.contains("PO-1 for 40 laptops") {
+    let list = if text.contains("Priya Raman works full time for Acme Corp") {
+        json!([{"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Acme Corp.", "valid_at": "2021-09-01", "invalid_at": null}])
+    } else if text.contains("Priya Raman is at Brightline Systems now") {
+        json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null}])
+    } else if text.contains("PO-1 for 40 laptops") {
         json!([{"source": "Acme Corp", "target": "PO-1", "relation_type": "PARTY_TO", "fact": "Acme Corp is the seller on PO-1.", "valid_at": "2025", "invalid_at": null}])
     } else if text.contains("Priya Raman joined") {
         json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null},
@@ -513,4 +523,80 @@ async fn a_grown_archive_resolves_new_mentions_to_committed_nodes_and_upgrades_c
     )
     .await;
     assert_eq!(consistent[0]["n"], 0);
+}
+
+const EMPLOYMENT: &str = r#"{"id": "e7", "content": "Priya Raman works full time for Acme Corp.", "kind": "message", "reference_time": "2025-01-05T10:00:00Z"}
+{"id": "e8", "content": "Priya Raman is at Brightline Systems now.", "kind": "message", "reference_time": "2025-03-20T10:00:00Z"}
+"#;
+
+async fn employment(store: &GraphStore) -> Vec<Value> {
+    query(
+        store,
+        "SELECT t.name AS company, e.relation_type AS r, e.valid_at AS v, e.invalid_at AS i, e.expired_at IS NOT NULL AS expired, \
+         cardinality(e.episode_ids) AS episodes FROM edges e JOIN nodes t ON t.node_id = e.target_node_id \
+         WHERE edge_type_matches(e.relation_type, 'EMPLOYED_BY') ORDER BY v",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_employment_fact_invalidates_the_older_one_in_the_same_batch() {
+    let f = fixture(|spec| spec.resolve.functional_edge_types = vec!["EMPLOYED_BY".into()]).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(EMPLOYMENT);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(report.duplicate_facts, 1, "e8 repeats e4's fact");
+    assert_eq!(report.invalidated_facts, 1);
+    let rows = employment(&f.store).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0]["company"], "Acme Corp");
+    assert_eq!(
+        rows[0]["i"], "2025-03-10T00:00:00Z",
+        "ends when the newer fact starts"
+    );
+    assert_eq!(rows[0]["expired"], true);
+    assert_eq!(rows[1]["company"], "Brightline Systems");
+    assert!(rows[1].get("i").is_none_or(Value::is_null), "{rows:?}");
+    assert_eq!(rows[1]["expired"], false);
+    assert_eq!(
+        rows[1]["episodes"], 2,
+        "the duplicate's episode joined the edge"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_later_run_invalidates_a_committed_fact_and_nothing_is_deleted() {
+    let f = fixture(|spec| spec.resolve.functional_edge_types = vec!["EMPLOYED_BY".into()]).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(EMPLOYMENT);
+    std::fs::write(&f.source_file, text).expect("write");
+    // e7 is the oldest episode: the first run commits only the Acme fact.
+    let ontology = graphloom::ontology::Ontology::try_from(&f.spec.ontology).expect("ontology");
+    let options = RunOptions {
+        limit: Some(1),
+        ..RunOptions::default()
+    };
+    graphloom::run::run(&f.spec, &ontology, &f.store, &options)
+        .await
+        .expect("first run");
+    let before = employment(&f.store).await;
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0]["expired"], false);
+    let second = run(&f).await;
+    assert_eq!(second.invalidated_facts, 1);
+    let after = employment(&f.store).await;
+    assert_eq!(after.len(), 2, "the committed fact is kept: {after:?}");
+    assert_eq!(after[0]["company"], "Acme Corp");
+    assert_eq!(after[0]["i"], "2025-03-10T00:00:00Z");
+    assert_eq!(after[0]["expired"], true);
+    let edges = query(
+        &f.store,
+        "SELECT count(*) AS n, count(DISTINCT edge_id) AS d FROM edges",
+    )
+    .await;
+    assert_eq!(
+        edges[0]["n"], edges[0]["d"],
+        "updated in place, not duplicated"
+    );
 }
