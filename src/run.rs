@@ -334,6 +334,7 @@ struct CommittedMatch {
 async fn match_committed(
     ctx: &SessionContext,
     drafts: &[NodeDraft],
+    ontology: &Ontology,
 ) -> Result<HashMap<usize, NodeRow>, RunError> {
     if drafts.is_empty() {
         return Ok(HashMap::new());
@@ -413,10 +414,134 @@ async fn match_committed(
             }
         }
     }
-    Ok(candidates
-        .into_iter()
-        .filter_map(|(d, mut c)| (c.len() == 1).then(|| (d, c.remove(0))))
-        .collect())
+    let by_identity = identity_candidates(ctx, drafts, ontology).await?;
+    let mut out = HashMap::new();
+    for d in 0..drafts.len() {
+        let by_name = candidates.remove(&d).unwrap_or_default();
+        let by_id = by_identity.get(&d).cloned().unwrap_or_default();
+        // An identity match decides unless the name points elsewhere; two
+        // different answers, or several candidates, leave the draft new.
+        let chosen = match (by_id.len(), by_name.len()) {
+            (1, _) if by_name.iter().all(|n| n.node_id == by_id[0].node_id) => {
+                Some(by_id[0].clone())
+            }
+            (0, 1) => Some(by_name[0].clone()),
+            _ => None,
+        };
+        if let Some(node) = chosen {
+            out.insert(d, node);
+        }
+    }
+    Ok(out)
+}
+
+/// Committed nodes that share an identity-property value with a draft:
+/// same group and final type, and equal values (case, spacing and
+/// punctuation ignored) of an identity property of that type.
+async fn identity_candidates(
+    ctx: &SessionContext,
+    drafts: &[NodeDraft],
+    ontology: &Ontology,
+) -> Result<HashMap<usize, Vec<NodeRow>>, RunError> {
+    let mut idx = Vec::new();
+    let mut groups = Vec::new();
+    let mut types = Vec::new();
+    let mut props = Vec::new();
+    let mut values = Vec::new();
+    for (i, d) in drafts.iter().enumerate() {
+        let Some(spec) = d.chain.last().and_then(|t| ontology.entity_types.get(t)) else {
+            continue;
+        };
+        let attrs: Map<String, Value> = serde_json::from_str(&d.row.attributes).unwrap_or_default();
+        for p in &spec.identity_properties {
+            let value = match attrs.get(p) {
+                Some(Value::String(v)) => normalize_name(v),
+                Some(Value::Null) | None => continue,
+                Some(other) => normalize_name(&other.to_string()),
+            };
+            if value.is_empty() {
+                continue;
+            }
+            idx.push(i as i64);
+            groups.push(d.row.group_id.clone());
+            types.push(spec.name.clone());
+            props.push(p.clone());
+            values.push(value);
+        }
+    }
+    if idx.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("draft_idx", DataType::Int64, false),
+        Field::new("group_id", DataType::Utf8, false),
+        Field::new("type", DataType::Utf8, false),
+        Field::new("prop", DataType::Utf8, false),
+        Field::new("value", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(arrow::array::Int64Array::from(idx)),
+            Arc::new(StringArray::from(groups)),
+            Arc::new(StringArray::from(types)),
+            Arc::new(StringArray::from(props)),
+            Arc::new(StringArray::from(values)),
+        ],
+    )
+    .map_err(datafusion::error::DataFusionError::from)?;
+    let _ = ctx.deregister_table("run_identities");
+    ctx.register_table(
+        "run_identities",
+        Arc::new(datafusion::datasource::MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?),
+    )?;
+    crate::query::register_functions(ctx, Default::default(), Default::default());
+    ctx.register_udf(datafusion::logical_expr::create_udf(
+        "normalize_value",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        datafusion::logical_expr::Volatility::Immutable,
+        Arc::new(|args: &[datafusion::logical_expr::ColumnarValue]| {
+            let values = arrow::compute::cast(&args[0].to_array(1)?, &DataType::Utf8)?;
+            let out: StringArray = values
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(normalize_name))
+                .collect();
+            Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(
+                out,
+            )))
+        }),
+    ));
+    let batches = ctx
+        .sql(
+            "SELECT d.draft_idx, n.* FROM run_identities d \
+             JOIN nodes n ON n.group_id = d.group_id AND n.type = d.type \
+             AND normalize_value(json_get_str(n.attributes, d.prop)) = d.value",
+        )
+        .await?
+        .collect()
+        .await?;
+    let mut out: HashMap<usize, Vec<NodeRow>> = HashMap::new();
+    for b in batches.iter().filter(|b| b.num_rows() > 0) {
+        let mut w = arrow::json::ArrayWriter::new(Vec::new());
+        w.write(b)
+            .map_err(datafusion::error::DataFusionError::from)?;
+        w.finish()
+            .map_err(datafusion::error::DataFusionError::from)?;
+        let found: Vec<CommittedMatch> = serde_json::from_slice(&w.into_inner())
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        for m in found {
+            let list = out.entry(m.draft_idx as usize).or_default();
+            if !list.iter().any(|n| n.node_id == m.node.node_id) {
+                list.push(m.node);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The unexpired committed edges whose source is a source of `edges`
@@ -864,7 +989,7 @@ async fn execute(
     }
     // Resolution against the committed graph: a draft takes over the
     // committed node it unambiguously matches.
-    let committed = match_committed(&ctx, &drafts).await?;
+    let committed = match_committed(&ctx, &drafts, ontology).await?;
     for (d, existing) in &committed {
         drafts[*d].row.node_id = existing.node_id.clone();
     }

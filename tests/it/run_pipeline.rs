@@ -27,7 +27,9 @@ this line is broken
 
 /// Entities the scripted model finds in each episode, by a word of it.
 fn entities_for(text: &str) -> Value {
-    let list = if text.contains("Priya Raman works full time for Acme Corp") {
+    let list = if text.contains("Order number PO-1 from the spring") {
+        json!([{"name": "Spring order", "type": "Contract", "attributes": []}])
+    } else if text.contains("Priya Raman works full time for Acme Corp") {
         json!([{"name": "Priya Raman", "type": "Person", "attributes": []},
                {"name": "Acme Corp", "type": "Company", "attributes": []}])
     } else if text.contains("Priya Raman is at Brightline Systems now") {
@@ -78,11 +80,9 @@ fn facts_for(text: &str) -> Value {
 /// fits no subtype; employment facts are full-time.
 fn classify(user: &str, facts: bool, po_is_plain: bool) -> Value {
     let mut items = Vec::new();
-    for line in user.lines() {
-        let Some(rest) = line.strip_prefix('[') else {
-            continue;
-        };
-        let Some((id, text)) = rest.split_once(']') else {
+    // An item is its "[n] ..." line and the indented lines under it.
+    for block in user.split("\n[") {
+        let Some((id, text)) = block.trim_start_matches('[').split_once(']') else {
             continue;
         };
         let id: u64 = id.parse().unwrap_or(0);
@@ -599,4 +599,29 @@ async fn a_later_run_invalidates_a_committed_fact_and_nothing_is_deleted() {
         edges[0]["n"], edges[0]["d"],
         "updated in place, not duplicated"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_identity_property_resolves_a_mention_under_another_name() {
+    let f = fixture(|_| {}).await;
+    run(&f).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str("{\"id\": \"e9\", \"content\": \"Order number PO-1 from the spring was paid.\", \"kind\": \"message\", \"reference_time\": \"2025-05-01T10:00:00Z\"}\n");
+    std::fs::write(&f.source_file, text).expect("write");
+    let second = run(&f).await;
+    // "Spring order" is a PurchaseOrder with po_number PO-1, the identity
+    // property of PurchaseOrder: it is the committed PO-1.
+    assert_eq!(
+        (second.nodes_added, second.nodes_updated),
+        (0, 1),
+        "{second:?}"
+    );
+    let po = query(
+        &f.store,
+        "SELECT name, episode_ids FROM nodes WHERE has_label(labels, 'PurchaseOrder')",
+    )
+    .await;
+    assert_eq!(po.len(), 1, "{po:?}");
+    assert_eq!(po[0]["name"], "PO-1", "the committed name stays");
+    assert_eq!(po[0]["episode_ids"].as_array().map(Vec::len), Some(3));
 }
