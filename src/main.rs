@@ -417,10 +417,12 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         r.episodes_added
     );
     out!(
-        "graph: +{} nodes, {} existing nodes updated, +{} edges",
+        "graph: +{} nodes, {} existing nodes updated, +{} edges ({} duplicate facts merged, {} facts invalidated)",
         r.nodes_added,
         r.nodes_updated,
-        r.edges_added
+        r.edges_added,
+        r.duplicate_facts,
+        r.invalidated_facts
     );
     let stages: Vec<String> = r
         .calls_by_stage
