@@ -326,6 +326,22 @@ struct CommittedMatch {
     node: NodeRow,
 }
 
+/// Decodes `draft_idx` + node columns rows of a candidate join.
+fn decode_matches(batches: &[RecordBatch]) -> Result<Vec<CommittedMatch>, RunError> {
+    let mut out = Vec::new();
+    for b in batches.iter().filter(|b| b.num_rows() > 0) {
+        let mut w = arrow::json::ArrayWriter::new(Vec::new());
+        w.write(b)
+            .map_err(datafusion::error::DataFusionError::from)?;
+        w.finish()
+            .map_err(datafusion::error::DataFusionError::from)?;
+        let found: Vec<CommittedMatch> = serde_json::from_slice(&w.into_inner())
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        out.extend(found);
+    }
+    Ok(out)
+}
+
 /// Finds, for each draft node of this run, the committed node it is: same
 /// group, same name once case, punctuation and corporate suffixes are
 /// folded, and chains where one is a prefix of the other. The candidates
@@ -395,23 +411,11 @@ async fn match_committed(
         .collect()
         .await?;
     let mut candidates: HashMap<usize, Vec<NodeRow>> = HashMap::new();
-    for b in &batches {
-        if b.num_rows() == 0 {
-            continue;
-        }
-        let mut w = arrow::json::ArrayWriter::new(Vec::new());
-        w.write(b)
-            .map_err(datafusion::error::DataFusionError::from)?;
-        w.finish()
-            .map_err(datafusion::error::DataFusionError::from)?;
-        let found: Vec<CommittedMatch> = serde_json::from_slice(&w.into_inner())
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        for m in found {
-            let d = m.draft_idx as usize;
-            let chain = m.node.labels.get(1..).unwrap_or_default();
-            if d < drafts.len() && compatible(chain, &drafts[d].chain) {
-                candidates.entry(d).or_default().push(m.node);
-            }
+    for m in decode_matches(&batches)? {
+        let d = m.draft_idx as usize;
+        let chain = m.node.labels.get(1..).unwrap_or_default();
+        if d < drafts.len() && compatible(chain, &drafts[d].chain) {
+            candidates.entry(d).or_default().push(m.node);
         }
     }
     let by_identity = identity_candidates(ctx, drafts, ontology).await?;
@@ -526,19 +530,10 @@ async fn identity_candidates(
         .collect()
         .await?;
     let mut out: HashMap<usize, Vec<NodeRow>> = HashMap::new();
-    for b in batches.iter().filter(|b| b.num_rows() > 0) {
-        let mut w = arrow::json::ArrayWriter::new(Vec::new());
-        w.write(b)
-            .map_err(datafusion::error::DataFusionError::from)?;
-        w.finish()
-            .map_err(datafusion::error::DataFusionError::from)?;
-        let found: Vec<CommittedMatch> = serde_json::from_slice(&w.into_inner())
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        for m in found {
-            let list = out.entry(m.draft_idx as usize).or_default();
-            if !list.iter().any(|n| n.node_id == m.node.node_id) {
-                list.push(m.node);
-            }
+    for m in decode_matches(&batches)? {
+        let list = out.entry(m.draft_idx as usize).or_default();
+        if !list.iter().any(|n| n.node_id == m.node.node_id) {
+            list.push(m.node);
         }
     }
     Ok(out)
