@@ -106,6 +106,42 @@ fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes:
     })
 }
 
+/// Sends a level's batches, `concurrency` at a time.
+async fn send(
+    client: &LlmClient,
+    concurrency: usize,
+    requests: Vec<(Batch, ChatRequest, Value)>,
+) -> Vec<(Batch, Result<ClassifyReply, LlmError>)> {
+    futures::stream::iter(requests)
+        .map(|(b, req, schema)| async move {
+            let r = client
+                .chat_json_with_schema::<ClassifyReply>(req, schema)
+                .await
+                .map(|r| r.value);
+            (b, r)
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// The reply's answer for each of `n` items (ids are 1-based), the first
+/// one when an id repeats; `None` for an item the reply skipped or for an
+/// id out of range.
+fn by_position(items: Vec<ItemOut>, n: usize) -> Vec<Option<ItemOut>> {
+    let mut out: Vec<Option<ItemOut>> = (0..n).map(|_| None).collect();
+    for item in items {
+        if let Some(slot) = (item.id as usize)
+            .checked_sub(1)
+            .and_then(|p| out.get_mut(p))
+            && slot.is_none()
+        {
+            *slot = Some(item);
+        }
+    }
+    out
+}
+
 /// Runs the entity subtype walk over `mentions` in place.
 pub async fn walk_entities(
     client: &LlmClient,
@@ -141,18 +177,7 @@ pub async fn walk_entities(
                 (b, req, schema)
             })
             .collect();
-        let replies: Vec<(Batch, Result<ClassifyReply, LlmError>)> =
-            futures::stream::iter(requests)
-                .map(|(b, req, schema)| async move {
-                    let r = client
-                        .chat_json_with_schema::<ClassifyReply>(req, schema)
-                        .await
-                        .map(|r| r.value);
-                    (b, r)
-                })
-                .buffer_unordered(concurrency.max(1))
-                .collect()
-                .await;
+        let replies = send(client, concurrency, requests).await;
         for (batch, reply) in replies {
             stats.calls += 1;
             let node = ontology.entity_tree.get(&batch.parent);
@@ -177,19 +202,16 @@ pub async fn walk_entities(
                     continue;
                 }
             };
-            let mut answered = vec![false; batch.members.len()];
-            for item in reply.items {
-                let Some(pos) = (item.id as usize)
-                    .checked_sub(1)
-                    .filter(|p| *p < batch.members.len())
-                else {
+            for (pos, answer) in by_position(reply.items, batch.members.len())
+                .into_iter()
+                .enumerate()
+            {
+                let i = batch.members[pos];
+                // Items the reply skipped stay where they are.
+                let Some(item) = answer else {
+                    stopped[i] = true;
                     continue;
                 };
-                if answered[pos] {
-                    continue;
-                }
-                answered[pos] = true;
-                let i = batch.members[pos];
                 if item.subtype == NONE || !children.contains(&item.subtype) {
                     stopped[i] = true;
                     continue;
@@ -209,12 +231,6 @@ pub async fn walk_entities(
                 mentions[i].chain.push(item.subtype);
                 mentions[i].attributes = attributes;
                 refined[i] = true;
-            }
-            // Items the reply skipped stay where they are.
-            for (pos, done) in answered.iter().enumerate() {
-                if !done {
-                    stopped[batch.members[pos]] = true;
-                }
             }
         }
     }
@@ -330,18 +346,7 @@ pub async fn walk_facts(
                 (b, req, schema)
             })
             .collect();
-        let replies: Vec<(Batch, Result<ClassifyReply, LlmError>)> =
-            futures::stream::iter(requests)
-                .map(|(b, req, schema)| async move {
-                    let r = client
-                        .chat_json_with_schema::<ClassifyReply>(req, schema)
-                        .await
-                        .map(|r| r.value);
-                    (b, r)
-                })
-                .buffer_unordered(concurrency.max(1))
-                .collect()
-                .await;
+        let replies = send(client, concurrency, requests).await;
         for (batch, reply) in replies {
             stats.calls += 1;
             let reply = match reply {
@@ -369,24 +374,20 @@ pub async fn walk_facts(
                     continue;
                 }
             };
-            let mut answered = vec![false; batch.members.len()];
-            for item in reply.items {
-                let Some(pos) = (item.id as usize)
-                    .checked_sub(1)
-                    .filter(|p| *p < batch.members.len())
-                else {
+            let children = ontology
+                .edge_tree
+                .get(&batch.parent)
+                .map(|n| n.children.clone())
+                .unwrap_or_default();
+            for (pos, answer) in by_position(reply.items, batch.members.len())
+                .into_iter()
+                .enumerate()
+            {
+                let i = batch.members[pos];
+                let Some(item) = answer else {
+                    stopped[i] = true;
                     continue;
                 };
-                if answered[pos] {
-                    continue;
-                }
-                answered[pos] = true;
-                let i = batch.members[pos];
-                let children = ontology
-                    .edge_tree
-                    .get(&batch.parent)
-                    .map(|n| n.children.clone())
-                    .unwrap_or_default();
                 if item.subtype == NONE || !children.contains(&item.subtype) {
                     stopped[i] = true;
                     continue;
@@ -407,11 +408,6 @@ pub async fn walk_facts(
                 }
                 facts[i].chain.push(item.subtype);
                 refined[i] = true;
-            }
-            for (pos, done) in answered.iter().enumerate() {
-                if !done {
-                    stopped[batch.members[pos]] = true;
-                }
             }
         }
     }
