@@ -611,15 +611,7 @@ impl Transaction {
             by_table.entry(order[&s.0]).or_default().push(s);
         }
         for (table, mode, batches) in by_table.into_values().flatten() {
-            let base = self
-                .tables
-                .remove(&table)
-                .ok_or_else(|| StoreError::Corrupt {
-                    url: self.store.display_url(),
-                    message: format!("table `{table}` was not opened for writing"),
-                })?;
-            let next = self.write_table(table, base, mode, batches).await?;
-            self.tables.insert(table, next);
+            self.commit_table(table, mode, batches).await?;
             failpoint(&format!("after_commit:{table}"))?;
         }
         let versions: BTreeMap<&str, u64> = self
@@ -635,17 +627,8 @@ impl Transaction {
             None,
         );
         let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
-        let base = self
-            .tables
-            .remove(&Table::Runs)
-            .ok_or_else(|| StoreError::Corrupt {
-                url: self.store.display_url(),
-                message: "table `runs` was not opened for writing".into(),
-            })?;
-        let next = self
-            .write_table(Table::Runs, base, WriteMode::Append, vec![batch])
+        self.commit_table(Table::Runs, WriteMode::Append, vec![batch])
             .await?;
-        self.tables.insert(Table::Runs, next);
         failpoint("after_commit:runs")?;
         Ok(run)
     }
@@ -682,6 +665,26 @@ impl Transaction {
             error,
             graphloom_version: env!("CARGO_PKG_VERSION").to_string(),
         }
+    }
+
+    /// Commits one write to `table` on top of the version this run holds
+    /// and keeps the new version as the base of the next write.
+    async fn commit_table(
+        &mut self,
+        table: Table,
+        mode: WriteMode,
+        batches: Vec<RecordBatch>,
+    ) -> Result<()> {
+        let base = self
+            .tables
+            .remove(&table)
+            .ok_or_else(|| StoreError::Corrupt {
+                url: self.store.display_url(),
+                message: format!("table `{table}` was not opened for writing"),
+            })?;
+        let next = self.write_table(table, base, mode, batches).await?;
+        self.tables.insert(table, next);
+        Ok(())
     }
 
     async fn write_table(
@@ -794,19 +797,13 @@ impl Transaction {
             versions,
             Some(error.chars().take(2000).collect()),
         );
-        let result = async {
-            let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
-            let base = self
-                .tables
-                .remove(&Table::Runs)
-                .ok_or_else(|| StoreError::Corrupt {
-                    url: self.store.display_url(),
-                    message: "table `runs` was not opened for writing".into(),
-                })?;
-            self.write_table(Table::Runs, base, WriteMode::Append, vec![batch])
-                .await
-        }
-        .await;
+        let result = match rows::to_batch(Table::Runs, std::slice::from_ref(&run)) {
+            Ok(batch) => {
+                self.commit_table(Table::Runs, WriteMode::Append, vec![batch])
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         if let Some(lock) = self.lock.take() {
             lock.release().await.ok();
         }
