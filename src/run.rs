@@ -19,7 +19,10 @@ use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
 use crate::llm::plan::StagePlan;
 use crate::llm::{CacheMode, LlmClient, LlmError, ResponseCache};
 use crate::ontology::Ontology;
-use crate::resolve::{DEFAULT_CORPORATE_SUFFIXES, fold_suffixes, normalize_name};
+use crate::resolve::entities::{MentionKey, resolve_entities};
+use crate::resolve::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
+use crate::resolve::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
+use crate::resolve::normalize_name;
 use crate::source::{self, Episode, SourceError};
 use crate::spec::PipelineSpec;
 use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeRow};
@@ -90,6 +93,10 @@ pub struct RunReport {
     pub duplicate_facts: usize,
     /// Facts invalidated by a newer contradicting fact.
     pub invalidated_facts: usize,
+    /// Mentions the merge rules left open (several candidates, grey band).
+    pub ambiguous_entities: usize,
+    /// Of those, merged on the LLM's adjudication.
+    pub adjudicated_merges: usize,
     /// LLM calls by stage (hits included).
     pub calls_by_stage: BTreeMap<String, usize>,
     /// Calls answered by the cache.
@@ -308,235 +315,118 @@ pub fn plan(
     stages
 }
 
-/// One node being built from mentions of this run.
-struct NodeDraft {
-    row: NodeRow,
-    chain: Vec<String>,
-}
-
-fn compatible(a: &[String], b: &[String]) -> bool {
-    let n = a.len().min(b.len());
-    a[..n] == b[..n]
-}
-
-#[derive(serde::Deserialize)]
-struct CommittedMatch {
-    draft_idx: i64,
-    #[serde(flatten)]
-    node: NodeRow,
-}
-
-/// Decodes `draft_idx` + node columns rows of a candidate join.
-fn decode_matches(batches: &[RecordBatch]) -> Result<Vec<CommittedMatch>, RunError> {
-    let mut out = Vec::new();
-    for b in batches.iter().filter(|b| b.num_rows() > 0) {
-        let mut w = arrow::json::ArrayWriter::new(Vec::new());
-        w.write(b)
-            .map_err(datafusion::error::DataFusionError::from)?;
-        w.finish()
-            .map_err(datafusion::error::DataFusionError::from)?;
-        let found: Vec<CommittedMatch> = serde_json::from_slice(&w.into_inner())
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        out.extend(found);
-    }
-    Ok(out)
-}
-
-/// Finds, for each draft node of this run, the committed node it is: same
-/// group, same name once case, punctuation and corporate suffixes are
-/// folded, and chains where one is a prefix of the other. The candidates
-/// come from a DataFusion join; a draft with several candidates stays a
-/// new node (under-merge over over-merge).
-async fn match_committed(
+/// Registers `ids` as a one-column table `name(column)`, for semi-joins.
+fn register_ids<T: Into<ArrayRefOf>>(
     ctx: &SessionContext,
-    drafts: &[NodeDraft],
-    ontology: &Ontology,
-) -> Result<HashMap<usize, NodeRow>, RunError> {
-    if drafts.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let fold = datafusion::logical_expr::create_udf(
-        "fold_name",
-        vec![DataType::Utf8],
-        DataType::Utf8,
-        datafusion::logical_expr::Volatility::Immutable,
-        Arc::new(|args: &[datafusion::logical_expr::ColumnarValue]| {
-            let names = args[0].to_array(1)?;
-            let names = arrow::compute::cast(&names, &DataType::Utf8)?;
-            let out: StringArray = names
-                .as_string::<i32>()
-                .iter()
-                .map(|n| n.map(|n| fold_suffixes(n, DEFAULT_CORPORATE_SUFFIXES)))
-                .collect();
-            Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(
-                out,
-            )))
-        }),
-    );
-    ctx.register_udf(fold);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("draft_idx", DataType::Int64, false),
-        Field::new("group_id", DataType::Utf8, false),
-        Field::new("folded", DataType::Utf8, false),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(arrow::array::Int64Array::from_iter_values(
-                0..drafts.len() as i64,
-            )),
-            Arc::new(StringArray::from_iter_values(
-                drafts.iter().map(|d| d.row.group_id.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(drafts.iter().map(|d| {
-                fold_suffixes(&d.row.name_normalized, DEFAULT_CORPORATE_SUFFIXES)
-            }))),
-        ],
-    )
-    .map_err(datafusion::error::DataFusionError::from)?;
-    let _ = ctx.deregister_table("run_drafts");
+    name: &str,
+    column: &str,
+    ids: T,
+) -> Result<(), RunError> {
+    let array = ids.into().0;
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        column,
+        array.data_type().clone(),
+        false,
+    )]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![array])
+        .map_err(datafusion::error::DataFusionError::from)?;
+    let _ = ctx.deregister_table(name);
     ctx.register_table(
-        "run_drafts",
+        name,
         Arc::new(datafusion::datasource::MemTable::try_new(
             schema,
             vec![vec![batch]],
         )?),
     )?;
-    let batches = ctx
-        .sql(
-            "SELECT d.draft_idx, n.* FROM run_drafts d \
-             JOIN nodes n ON n.group_id = d.group_id AND fold_name(n.name_normalized) = d.folded",
-        )
-        .await?
-        .collect()
-        .await?;
-    let mut candidates: HashMap<usize, Vec<NodeRow>> = HashMap::new();
-    for m in decode_matches(&batches)? {
-        let d = m.draft_idx as usize;
-        let chain = m.node.labels.get(1..).unwrap_or_default();
-        if d < drafts.len() && compatible(chain, &drafts[d].chain) {
-            candidates.entry(d).or_default().push(m.node);
-        }
-    }
-    let by_identity = identity_candidates(ctx, drafts, ontology).await?;
-    let mut out = HashMap::new();
-    for d in 0..drafts.len() {
-        let by_name = candidates.remove(&d).unwrap_or_default();
-        let by_id = by_identity.get(&d).cloned().unwrap_or_default();
-        // An identity match decides unless the name points elsewhere; two
-        // different answers, or several candidates, leave the draft new.
-        let chosen = match (by_id.len(), by_name.len()) {
-            (1, _) if by_name.iter().all(|n| n.node_id == by_id[0].node_id) => {
-                Some(by_id[0].clone())
-            }
-            (0, 1) => Some(by_name[0].clone()),
-            _ => None,
-        };
-        if let Some(node) = chosen {
-            out.insert(d, node);
-        }
-    }
-    Ok(out)
+    Ok(())
 }
 
-/// Committed nodes that share an identity-property value with a draft:
-/// same group and final type, and equal values (case, spacing and
-/// punctuation ignored) of an identity property of that type.
-async fn identity_candidates(
-    ctx: &SessionContext,
-    drafts: &[NodeDraft],
-    ontology: &Ontology,
-) -> Result<HashMap<usize, Vec<NodeRow>>, RunError> {
-    let mut idx = Vec::new();
-    let mut groups = Vec::new();
-    let mut types = Vec::new();
-    let mut props = Vec::new();
-    let mut values = Vec::new();
-    for (i, d) in drafts.iter().enumerate() {
-        let Some(spec) = d.chain.last().and_then(|t| ontology.entity_types.get(t)) else {
-            continue;
-        };
-        let attrs: Map<String, Value> = serde_json::from_str(&d.row.attributes).unwrap_or_default();
-        for p in &spec.identity_properties {
-            let value = match attrs.get(p) {
-                Some(Value::String(v)) => normalize_name(v),
-                Some(Value::Null) | None => continue,
-                Some(other) => normalize_name(&other.to_string()),
-            };
-            if value.is_empty() {
-                continue;
-            }
-            idx.push(i as i64);
-            groups.push(d.row.group_id.clone());
-            types.push(spec.name.clone());
-            props.push(p.clone());
-            values.push(value);
-        }
+/// A column for [`register_ids`].
+struct ArrayRefOf(arrow::array::ArrayRef);
+
+impl From<Vec<i64>> for ArrayRefOf {
+    fn from(v: Vec<i64>) -> Self {
+        ArrayRefOf(Arc::new(arrow::array::Int64Array::from(v)))
     }
-    if idx.is_empty() {
+}
+
+impl From<Vec<String>> for ArrayRefOf {
+    fn from(v: Vec<String>) -> Self {
+        ArrayRefOf(Arc::new(StringArray::from(v)))
+    }
+}
+
+/// The committed nodes with these short ids (a semi-join).
+async fn committed_nodes(
+    ctx: &SessionContext,
+    short_ids: Vec<i64>,
+) -> Result<HashMap<i64, NodeRow>, RunError> {
+    if short_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("draft_idx", DataType::Int64, false),
-        Field::new("group_id", DataType::Utf8, false),
-        Field::new("type", DataType::Utf8, false),
-        Field::new("prop", DataType::Utf8, false),
-        Field::new("value", DataType::Utf8, false),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(arrow::array::Int64Array::from(idx)),
-            Arc::new(StringArray::from(groups)),
-            Arc::new(StringArray::from(types)),
-            Arc::new(StringArray::from(props)),
-            Arc::new(StringArray::from(values)),
-        ],
-    )
-    .map_err(datafusion::error::DataFusionError::from)?;
-    let _ = ctx.deregister_table("run_identities");
-    ctx.register_table(
-        "run_identities",
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?),
-    )?;
-    crate::query::register_functions(ctx, Default::default(), Default::default());
-    ctx.register_udf(datafusion::logical_expr::create_udf(
-        "normalize_value",
-        vec![DataType::Utf8],
-        DataType::Utf8,
-        datafusion::logical_expr::Volatility::Immutable,
-        Arc::new(|args: &[datafusion::logical_expr::ColumnarValue]| {
-            let values = arrow::compute::cast(&args[0].to_array(1)?, &DataType::Utf8)?;
-            let out: StringArray = values
-                .as_string::<i32>()
-                .iter()
-                .map(|v| v.map(normalize_name))
-                .collect();
-            Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(
-                out,
-            )))
-        }),
-    ));
+    register_ids(ctx, "run_node_ids", "short_id", short_ids)?;
     let batches = ctx
-        .sql(
-            "SELECT d.draft_idx, n.* FROM run_identities d \
-             JOIN nodes n ON n.group_id = d.group_id AND n.type = d.type \
-             AND normalize_value(json_get_str(n.attributes, d.prop)) = d.value",
-        )
+        .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_node_ids i ON n.short_id = i.short_id")
         .await?
         .collect()
         .await?;
-    let mut out: HashMap<usize, Vec<NodeRow>> = HashMap::new();
-    for m in decode_matches(&batches)? {
-        let list = out.entry(m.draft_idx as usize).or_default();
-        if !list.iter().any(|n| n.node_id == m.node.node_id) {
-            list.push(m.node);
+    let rows: Vec<NodeRow> = rows::from_batches(Table::Nodes, &batches)?;
+    Ok(rows.into_iter().map(|n| (n.short_id, n)).collect())
+}
+
+/// Builds one node from the mentions of a cluster, taken in episode
+/// (reference-time) order: the fullest name (most words, first seen on a
+/// tie), the longest chain, attributes of mentions typed with that chain
+/// with newer values winning, and every episode id.
+fn node_from_mentions(
+    members: &[&Mention],
+    group_id: &str,
+    now: chrono::DateTime<Utc>,
+    run_id: &str,
+) -> (NodeRow, Vec<String>) {
+    let chain = members
+        .iter()
+        .map(|m| &m.chain)
+        .max_by_key(|c| c.len())
+        .cloned()
+        .unwrap_or_default();
+    let mut name = members[0].name.clone();
+    for m in members {
+        if m.name.split_whitespace().count() > name.split_whitespace().count() {
+            name = m.name.clone();
         }
     }
-    Ok(out)
+    let mut attributes = Map::new();
+    let mut episode_ids: Vec<String> = Vec::new();
+    for m in members {
+        if m.chain == chain {
+            for (k, v) in &m.attributes {
+                attributes.insert(k.clone(), v.clone());
+            }
+        }
+        if !episode_ids.contains(&m.episode_id) {
+            episode_ids.push(m.episode_id.clone());
+        }
+    }
+    let row = NodeRow {
+        node_id: uuid::Uuid::now_v7().to_string(),
+        short_id: 0,
+        group_id: group_id.to_string(),
+        name_normalized: normalize_name(&name),
+        name,
+        node_type: String::new(),
+        labels: Vec::new(),
+        summary: None,
+        attributes: Value::Object(attributes).to_string(),
+        episode_ids,
+        created_at: now,
+        updated_at: now,
+        rank: 0,
+        name_embedding: None,
+        origin: "extract".into(),
+        run_id: run_id.to_string(),
+    };
+    (row, chain)
 }
 
 /// The unexpired committed edges whose source is a source of `edges`
@@ -549,24 +439,8 @@ async fn committed_edges_of(
         return Ok(Vec::new());
     }
     let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "node_id",
-        DataType::Utf8,
-        false,
-    )]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![Arc::new(StringArray::from_iter_values(sources))],
-    )
-    .map_err(datafusion::error::DataFusionError::from)?;
-    let _ = ctx.deregister_table("run_sources");
-    ctx.register_table(
-        "run_sources",
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?),
-    )?;
+    let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
+    register_ids(ctx, "run_sources", "node_id", sources)?;
     let batches = ctx
         .sql(
             "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id \
@@ -613,6 +487,108 @@ fn merge_into(
     existing.updated_at = now;
     existing.run_id = run_id.to_string();
     existing
+}
+
+fn judge_row(f: &JudgeFailure, run_id: &str, now: chrono::DateTime<Utc>) -> FailureRow {
+    FailureRow {
+        failure_id: uuid::Uuid::now_v7().to_string(),
+        run_id: run_id.to_string(),
+        stage: f.stage.to_string(),
+        item: f.item.clone(),
+        source_uri: None,
+        line: None,
+        episode_id: None,
+        reason: f.reason.clone(),
+        excerpt: None,
+        created_at: now,
+    }
+}
+
+/// Brings the summaries of `nodes` touched by `new_edges` up to date.
+async fn summarize(
+    client: &LlmClient,
+    rs: &crate::resolve::ResolveSpec,
+    concurrency: usize,
+    nodes: &mut [NodeRow],
+    new_edges: &[EdgeRow],
+) -> Vec<JudgeFailure> {
+    let mut facts_of: HashMap<&str, Vec<String>> = HashMap::new();
+    for e in new_edges {
+        for id in [&e.source_node_id, &e.target_node_id] {
+            facts_of
+                .entry(id.as_str())
+                .or_default()
+                .push(e.fact.clone());
+        }
+    }
+    let touched: Vec<usize> = (0..nodes.len())
+        .filter(|&i| facts_of.contains_key(nodes[i].node_id.as_str()))
+        .collect();
+    if touched.is_empty() {
+        return Vec::new();
+    }
+    let cases: Vec<SummaryCase> = touched
+        .iter()
+        .map(|&i| SummaryCase {
+            name: nodes[i].name.clone(),
+            chain: nodes[i].labels.get(1..).unwrap_or_default().to_vec(),
+            summary: nodes[i].summary.clone(),
+            facts: facts_of[nodes[i].node_id.as_str()].clone(),
+        })
+        .collect();
+    let (done, failures) =
+        crate::resolve::judge::summaries(client, rs.summary_batch_size, concurrency, &cases).await;
+    for (case, text) in done {
+        nodes[touched[case]].summary = Some(text);
+    }
+    failures
+}
+
+/// Embeds names of nodes without an embedding and the text of new facts.
+async fn embed(
+    client: &LlmClient,
+    nodes: &mut [NodeRow],
+    new_edges: &mut [EdgeRow],
+    run_id: &str,
+    now: chrono::DateTime<Utc>,
+) -> Vec<FailureRow> {
+    let mut failures = Vec::new();
+    let todo: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].name_embedding.is_none())
+        .collect();
+    let names: Vec<String> = todo.iter().map(|&i| nodes[i].name.clone()).collect();
+    let texts: Vec<String> = new_edges.iter().map(|e| e.fact.clone()).collect();
+    for (stage, inputs) in [("embed_names", names), ("embed_facts", texts)] {
+        if inputs.is_empty() {
+            continue;
+        }
+        match client.embed(stage, &inputs).await {
+            Ok(vectors) if stage == "embed_names" => {
+                for (&i, v) in todo.iter().zip(vectors) {
+                    nodes[i].name_embedding = Some(v);
+                }
+            }
+            Ok(vectors) => {
+                for (e, v) in new_edges.iter_mut().zip(vectors) {
+                    e.fact_embedding = Some(v);
+                }
+            }
+            Err(e) => failures.push(judge_row(
+                &JudgeFailure {
+                    stage: if stage == "embed_names" {
+                        "embed_names"
+                    } else {
+                        "embed_facts"
+                    },
+                    item: format!("{} texts", inputs.len()),
+                    reason: format!("embedding call failed, stored without embeddings: {e}"),
+                },
+                run_id,
+                now,
+            )),
+        }
+    }
+    failures
 }
 
 /// Runs the pipeline.
@@ -908,85 +884,92 @@ async fn execute(
             })
             .unwrap_or(0)
     };
-    // In-run merge: same group and normalised name, chains where one is a
-    // prefix of the other (the longer chain wins). A mention compatible with
-    // several different nodes stays apart: under-merge over over-merge.
-    let mut drafts: Vec<NodeDraft> = Vec::new();
-    let mut by_name: HashMap<(String, String), Vec<usize>> = HashMap::new();
-    let mut node_of_mention: HashMap<usize, usize> = HashMap::new();
+    // 6. Entity resolution: this run's mentions against each other and
+    // the committed nodes (DataFusion joins, then the merge rules), with
+    // what stays ambiguous adjudicated by the LLM in batches.
+    let mut keys: Vec<MentionKey> = Vec::new();
+    let mut key_mention: Vec<usize> = Vec::new();
     for &i in &succeeded {
         let Some(&(a, b)) = mention_range.get(&i) else {
             continue;
         };
-        let ep = &all[i];
         for (k, m) in mentions[a..b].iter().enumerate() {
-            let key = (
-                ep.group_id.clone(),
-                fold_suffixes(&normalize_name(&m.name), DEFAULT_CORPORATE_SUFFIXES),
-            );
-            let candidates: Vec<usize> = by_name
-                .get(&key)
-                .map(|v| {
-                    v.iter()
-                        .copied()
-                        .filter(|d| compatible(&drafts[*d].chain, &m.chain))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let node = if candidates.len() == 1 {
-                let d = &mut drafts[candidates[0]];
-                if m.chain.len() > d.chain.len() {
-                    // Chain-prefix upgrade: Contract → Contract/PurchaseOrder;
-                    // attributes follow the new last type.
-                    d.chain = m.chain.clone();
-                    d.row.attributes = Value::Object(Map::new()).to_string();
-                }
-                if m.chain == d.chain {
-                    let mut attrs: Map<String, Value> =
-                        serde_json::from_str(&d.row.attributes).unwrap_or_default();
-                    // Episodes come in reference-time order: newer values win.
-                    for (key, v) in &m.attributes {
-                        attrs.insert(key.clone(), v.clone());
-                    }
-                    d.row.attributes = Value::Object(attrs).to_string();
-                }
-                if !d.row.episode_ids.contains(&ep.episode_id) {
-                    d.row.episode_ids.push(ep.episode_id.clone());
-                }
-                candidates[0]
-            } else {
-                drafts.push(NodeDraft {
-                    chain: m.chain.clone(),
-                    row: NodeRow {
-                        node_id: uuid::Uuid::now_v7().to_string(),
-                        short_id: 0,
-                        group_id: ep.group_id.clone(),
-                        name: m.name.clone(),
-                        name_normalized: normalize_name(&m.name),
-                        node_type: String::new(),
-                        labels: Vec::new(),
-                        summary: None,
-                        attributes: Value::Object(m.attributes.clone()).to_string(),
-                        episode_ids: vec![ep.episode_id.clone()],
-                        created_at: now,
-                        updated_at: now,
-                        rank: 0,
-                        name_embedding: None,
-                        origin: "extract".into(),
-                        run_id: run_id.clone(),
-                    },
-                });
-                by_name.entry(key).or_default().push(drafts.len() - 1);
-                drafts.len() - 1
-            };
-            node_of_mention.insert(a + k, node);
+            keys.push(MentionKey {
+                group_id: all[i].group_id.clone(),
+                name: m.name.clone(),
+                chain: m.chain.clone(),
+                attributes: Value::Object(m.attributes.clone()).to_string(),
+            });
+            key_mention.push(a + k);
         }
     }
-    // Resolution against the committed graph: a draft takes over the
-    // committed node it unambiguously matches.
-    let committed = match_committed(&ctx, &drafts, ontology).await?;
-    for (d, existing) in &committed {
-        drafts[*d].row.node_id = existing.node_id.clone();
+    let identity: BTreeMap<String, Vec<String>> = ontology
+        .entity_types
+        .values()
+        .filter(|t| !t.identity_properties.is_empty())
+        .map(|t| (t.name.clone(), t.identity_properties.clone()))
+        .collect();
+    let rs = &spec.resolve;
+    let (mut clusters, open) =
+        resolve_entities(&ctx, Table::Nodes.name(), &keys, rs, &identity).await?;
+    report.ambiguous_entities = open.len();
+    if !open.is_empty() && rs.adjudicate {
+        let cases: Vec<AdjudicationCase> = open
+            .iter()
+            .map(|o| {
+                let m = &mentions[key_mention[o.mention]];
+                AdjudicationCase {
+                    name: m.name.clone(),
+                    chain: m.chain.clone(),
+                    context: m.context.chars().take(300).collect(),
+                    options: o
+                        .options
+                        .iter()
+                        .take(rs.max_candidates)
+                        .map(|(_, name, chain, _)| (name.clone(), chain.clone()))
+                        .collect(),
+                }
+            })
+            .collect();
+        let (chosen, fails) = crate::resolve::judge::adjudicate(
+            &client,
+            rs.adjudication_batch_size,
+            concurrency,
+            &cases,
+        )
+        .await;
+        for (case, option) in chosen {
+            let o = &open[case];
+            let (target, _, chain, _) = &o.options[option];
+            if clusters.link(o.mention, *target, chain) {
+                report.adjudicated_merges += 1;
+            }
+        }
+        failures.extend(fails.iter().map(|f| judge_row(f, &run_id, now)));
+    }
+    let resolved = clusters.finish();
+    let committed =
+        committed_nodes(&ctx, resolved.committed.iter().flatten().copied().collect()).await?;
+    let mut members: Vec<Vec<&Mention>> = vec![Vec::new(); resolved.committed.len()];
+    let mut group_of: Vec<&str> = vec![""; resolved.committed.len()];
+    for (k, &c) in resolved.cluster_of.iter().enumerate() {
+        members[c].push(&mentions[key_mention[k]]);
+        group_of[c] = &keys[k].group_id;
+    }
+    let mut drafts: Vec<(NodeRow, Vec<String>)> = members
+        .iter()
+        .enumerate()
+        .map(|(c, list)| {
+            let (mut row, chain) = node_from_mentions(list, group_of[c], now, &run_id);
+            if let Some(existing) = resolved.committed[c].and_then(|id| committed.get(&id)) {
+                row.node_id = existing.node_id.clone();
+            }
+            (row, chain)
+        })
+        .collect();
+    let mut node_of_mention: HashMap<usize, usize> = HashMap::new();
+    for (k, &c) in resolved.cluster_of.iter().enumerate() {
+        node_of_mention.insert(key_mention[k], c);
     }
     let succeeded_set: HashSet<usize> = succeeded.iter().copied().collect();
     let mut edges: Vec<EdgeRow> = Vec::new();
@@ -1005,9 +988,9 @@ async fn execute(
         // fact resolution below.
         edges.push(EdgeRow {
             edge_id: uuid::Uuid::now_v7().to_string(),
-            group_id: drafts[s].row.group_id.clone(),
-            source_node_id: drafts[s].row.node_id.clone(),
-            target_node_id: drafts[t].row.node_id.clone(),
+            group_id: drafts[s].0.group_id.clone(),
+            source_node_id: drafts[s].0.node_id.clone(),
+            target_node_id: drafts[t].0.node_id.clone(),
             relation_type: f.relation_type().to_string(),
             fact: f.fact.clone(),
             attributes: "{}".into(),
@@ -1032,13 +1015,53 @@ async fn execute(
             .and_then(|c| c.first().cloned())
             .unwrap_or_else(|| r.to_string())
     };
-    let facts = crate::resolve::resolve_facts(
+    let functional = &rs.functional_edge_types;
+    let mut facts = crate::resolve::resolve_facts(
         &mut edges,
         &mut committed_edges,
-        &spec.resolve.functional_edge_types,
+        functional,
         &family,
+        rs.duplicate_fact_similarity,
         now,
     );
+    // Other contradictions are for the LLM to judge, in batches.
+    if rs.judge_contradictions {
+        let open = contradiction_candidates(
+            &edges,
+            &committed_edges,
+            functional,
+            &family,
+            rs.max_candidates,
+        );
+        if !open.is_empty() {
+            let text = |r: &EdgeRef| match *r {
+                EdgeRef::Committed(j) => committed_edges[j].fact.clone(),
+                EdgeRef::New(j) => edges[j].fact.clone(),
+            };
+            let cases: Vec<ContradictionCase> = open
+                .iter()
+                .map(|(i, others)| ContradictionCase {
+                    fact: edges[*i].fact.clone(),
+                    existing: others.iter().map(text).collect(),
+                })
+                .collect();
+            let (verdicts, fails) = crate::resolve::judge::contradictions(
+                &client,
+                rs.contradiction_batch_size,
+                concurrency,
+                &cases,
+            )
+            .await;
+            let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
+            for (case, picked) in verdicts {
+                let (i, others) = &open[case];
+                pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
+            }
+            pairs.sort();
+            apply_contradictions(&mut edges, &mut committed_edges, &pairs, now, &mut facts);
+            failures.extend(fails.iter().map(|f| judge_row(f, &run_id, now)));
+        }
+    }
     report.duplicate_facts = facts.duplicates;
     report.invalidated_facts = facts.invalidated;
     // Degrees count the edges that stay.
@@ -1047,38 +1070,31 @@ async fn execute(
         *degree.entry(e.source_node_id.clone()).or_default() += 1;
         *degree.entry(e.target_node_id.clone()).or_default() += 1;
     }
-    for d in drafts.iter_mut() {
-        d.row.rank += degree.remove(&d.row.node_id).unwrap_or(0);
+    for (row, _) in drafts.iter_mut() {
+        row.rank += degree.remove(&row.node_id).unwrap_or(0);
     }
     let edges_added = edges.len();
     let changed_edges = facts.changed_committed.len();
-    edges.extend(
-        committed_edges
-            .into_iter()
-            .filter(|e| facts.changed_committed.contains(&e.edge_id)),
-    );
 
     let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
     let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
     let mut next_short_id = base_short_id;
-    for (k, d) in drafts.into_iter().enumerate() {
-        let mut row = d.row;
-        row.node_type = d
-            .chain
+    for (c, (mut row, chain)) in drafts.into_iter().enumerate() {
+        row.node_type = chain
             .last()
             .cloned()
             .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
         row.labels = ontology
             .labels_for(&row.node_type)
             .unwrap_or_else(|| vec![crate::ontology::ENTITY_LABEL.into()]);
-        match committed.get(&k) {
+        match resolved.committed[c].and_then(|id| committed.get(&id)) {
             Some(existing) => {
                 let base = updated
                     .remove(&existing.node_id)
                     .unwrap_or_else(|| existing.clone());
                 updated.insert(
                     existing.node_id.clone(),
-                    merge_into(base, row, &d.chain, now, &run_id, ontology),
+                    merge_into(base, row, &chain, now, &run_id, ontology),
                 );
             }
             None => {
@@ -1091,6 +1107,24 @@ async fn execute(
     let nodes_added = nodes.len();
     let updated_ids: Vec<String> = updated.keys().cloned().collect();
     nodes.extend(updated.into_values());
+    // Optional stages: summaries of the nodes this run's facts touch, and
+    // embeddings of new names and facts.
+    if rs.summaries {
+        failures.extend(
+            summarize(&client, rs, concurrency, &mut nodes, &edges[..edges_added])
+                .await
+                .iter()
+                .map(|f| judge_row(f, &run_id, now)),
+        );
+    }
+    if rs.embeddings {
+        failures.extend(embed(&client, &mut nodes, &mut edges[..edges_added], &run_id, now).await);
+    }
+    edges.extend(
+        committed_edges
+            .into_iter()
+            .filter(|e| facts.changed_committed.contains(&e.edge_id)),
+    );
     let labels = rows::node_label_rows(&nodes);
     let episodes: Vec<EpisodeRow> = succeeded
         .iter()

@@ -412,6 +412,9 @@ impl PipelineSpec {
                 ));
             }
         }
+        if let Some((key, msg)) = self.resolve.problems().into_iter().next() {
+            return Err(bad(&key, &msg));
+        }
         let x = &self.extract;
         for (key, value, min) in [
             (

@@ -1,0 +1,819 @@
+//! Entity resolution as DataFusion plans.
+//!
+//! A run's mentions (a registered table, [`mentions_schema`]) are matched
+//! against the committed `nodes` table and against each other. Every way
+//! of finding a candidate is a join, so the work grows with the number of
+//! rows, not with their product:
+//!
+//! * **name**: same group and the same name once case, punctuation and
+//!   corporate suffixes are folded (`fold_name`);
+//! * **identity**: same group, same final type and an equal value of one of
+//!   that type's identity properties (`identity_keys`, case and spacing
+//!   ignored);
+//! * **fuzzy**: same group and a shared MinHash/LSH band key of the folded
+//!   name (`name_bands`), scored by 3-shingle Jaccard (`name_similarity`);
+//!   names with digits, short names and low-entropy names get no band keys;
+//! * **partial**: a one-word name against multi-word names starting with
+//!   that word ("Sarah" → "Sarah Brown"); the committed side is counted
+//!   per first word and type before the join, so a common first name
+//!   costs one row, not thousands.
+//!
+//! Every candidate must be type compatible: one chain a prefix of the
+//! other (`chains_compatible`). [`Clusters`] then applies the merge rules
+//! over the candidate pairs in one linear pass: a cluster never holds two
+//! committed nodes or two sibling chains, several candidates or grey-band
+//! scores make a mention ambiguous (for LLM adjudication; without it the
+//! mention stays separate), and under-merge is preferred to over-merge.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListBuilder, RecordBatch,
+    StringArray, StringBuilder, UInt64Builder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
+use datafusion::prelude::SessionContext;
+
+use super::{ResolveSpec, fold_suffixes, name_band_keys, name_similarity, normalize_name};
+
+/// Name under which [`resolve_entities`] expects the run's mentions.
+pub const MENTIONS_TABLE: &str = "resolve_mentions";
+
+/// Schema of the mentions table: one row per mention, `labels` as in
+/// `nodes` ("Entity" then the chain, root first), `attributes` a JSON
+/// object of the last type's properties.
+pub fn mentions_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("mention_id", DataType::Int64, false),
+        Field::new("group_id", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("name_normalized", DataType::Utf8, false),
+        Field::new("type", DataType::Utf8, false),
+        Field::new(
+            "labels",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            false,
+        ),
+        Field::new("attributes", DataType::Utf8, false),
+    ]))
+}
+
+/// One mention, as [`mentions_batches`] lays it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MentionKey {
+    /// Partition of the graph.
+    pub group_id: String,
+    /// The name as written.
+    pub name: String,
+    /// Type chain, root first (empty: just "Entity").
+    pub chain: Vec<String>,
+    /// Properties of the last type, as a JSON object.
+    pub attributes: String,
+}
+
+/// Lays mentions out as the mentions table, in `partitions` batches so
+/// DataFusion can work on them in parallel. `mention_id` is the position.
+pub fn mentions_batches(
+    mentions: &[MentionKey],
+    partitions: usize,
+) -> Result<Vec<Vec<RecordBatch>>, DataFusionError> {
+    let size = mentions.len().div_ceil(partitions.max(1)).max(1);
+    let mut out = Vec::new();
+    for (c, chunk) in mentions.chunks(size).enumerate() {
+        let first = (c * size) as i64;
+        let mut labels = ListBuilder::new(StringBuilder::new());
+        for m in chunk {
+            labels.values().append_value(crate::ontology::ENTITY_LABEL);
+            for t in &m.chain {
+                labels.values().append_value(t);
+            }
+            labels.append(true);
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                first..first + chunk.len() as i64,
+            )),
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|m| m.group_id.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|m| m.name.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|m| normalize_name(&m.name)),
+            )),
+            Arc::new(StringArray::from_iter_values(chunk.iter().map(|m| {
+                m.chain
+                    .last()
+                    .map_or(crate::ontology::ENTITY_LABEL, String::as_str)
+            }))),
+            Arc::new(labels.finish()),
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|m| m.attributes.as_str()),
+            )),
+        ];
+        out.push(vec![RecordBatch::try_new(mentions_schema(), columns)?]);
+    }
+    if out.is_empty() {
+        out.push(vec![RecordBatch::new_empty(mentions_schema())]);
+    }
+    Ok(out)
+}
+
+fn list_of(item: DataType) -> DataType {
+    DataType::List(Arc::new(Field::new("item", item, true)))
+}
+
+fn strings(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
+    Ok(arrow::compute::cast(array, &DataType::Utf8)?)
+}
+
+/// A list-of-strings column as `List<Utf8>`, whatever the reader chose
+/// (Delta scans may give string views or large lists).
+fn string_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
+    Ok(arrow::compute::cast(array, &list_of(DataType::Utf8))?)
+}
+
+/// The resolution UDFs, built from the settings and the identity
+/// properties of each type (`type → properties`). They are plain scalar
+/// functions, registrable on any `SessionContext`.
+pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec<ScalarUDF> {
+    let suffixes = Arc::new(spec.corporate_suffixes.clone());
+    let fold = create_udf(
+        "fold_name",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let names = strings(&arrays[0])?;
+            let out: StringArray = names
+                .as_string::<i32>()
+                .iter()
+                .map(|n| n.map(|n| fold_suffixes(n, &suffixes)))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    );
+    let (bands, rows) = (spec.lsh_bands, spec.lsh_rows);
+    let name_bands = create_udf(
+        "name_bands",
+        vec![DataType::Utf8],
+        list_of(DataType::UInt64),
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let names = strings(&arrays[0])?;
+            let mut out = ListBuilder::new(UInt64Builder::new());
+            for n in names.as_string::<i32>().iter() {
+                if let Some(n) = n {
+                    out.values().append_slice(&name_band_keys(n, bands, rows));
+                }
+                out.append(true);
+            }
+            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+        }),
+    );
+    let similarity = create_udf(
+        "name_similarity",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Float64,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let (a, b) = (strings(&arrays[0])?, strings(&arrays[1])?);
+            let out: Float64Array = a
+                .as_string::<i32>()
+                .iter()
+                .zip(b.as_string::<i32>().iter())
+                .map(|(a, b)| Some(name_similarity(a?, b?)))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    );
+    let compatible = create_udf(
+        "chains_compatible",
+        vec![list_of(DataType::Utf8), list_of(DataType::Utf8)],
+        DataType::Boolean,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let (a, b) = (string_lists(&arrays[0])?, string_lists(&arrays[1])?);
+            let (a, b) = (a.as_list::<i32>(), b.as_list::<i32>());
+            let out: BooleanArray = (0..a.len())
+                .map(|i| {
+                    if a.is_null(i) || b.is_null(i) {
+                        return None;
+                    }
+                    let (x, y) = (a.value(i), b.value(i));
+                    let (x, y) = (x.as_string::<i32>(), y.as_string::<i32>());
+                    let n = x.len().min(y.len());
+                    Some((0..n).all(|k| x.value(k) == y.value(k)))
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    );
+    let identity = Arc::new(identity.clone());
+    let identity_keys = create_udf(
+        "identity_keys",
+        vec![DataType::Utf8, DataType::Utf8],
+        list_of(DataType::Utf8),
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let (types, attrs) = (strings(&arrays[0])?, strings(&arrays[1])?);
+            let mut out = ListBuilder::new(StringBuilder::new());
+            for (t, a) in types
+                .as_string::<i32>()
+                .iter()
+                .zip(attrs.as_string::<i32>().iter())
+            {
+                if let (Some(props), Some(a)) = (t.and_then(|t| identity.get(t)), a) {
+                    for k in identity_values(props, a) {
+                        out.values().append_value(k);
+                    }
+                }
+                out.append(true);
+            }
+            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+        }),
+    );
+    vec![fold, name_bands, similarity, compatible, identity_keys]
+}
+
+/// `property=value` keys of the identity properties present in a JSON
+/// object, values normalised like names. Unreadable JSON has none.
+pub fn identity_values(props: &[String], attributes: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str(attributes) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in props {
+        let value = match map.get(p) {
+            Some(serde_json::Value::String(v)) => normalize_name(v),
+            Some(serde_json::Value::Null) | None => continue,
+            Some(other) => normalize_name(&other.to_string()),
+        };
+        if !value.is_empty() {
+            out.push(format!("{p}={value}"));
+        }
+    }
+    out
+}
+
+/// What a candidate pair points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// A committed node, by `short_id`.
+    Node(i64),
+    /// Another mention of this run.
+    Mention(usize),
+}
+
+/// How a candidate was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Equal identity-property value.
+    Identity,
+    /// Equal folded name.
+    Name,
+    /// Shared LSH band key, scored.
+    Fuzzy,
+    /// One-word name against a multi-word name starting with it.
+    Partial,
+}
+
+/// One candidate pair from the joins.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pair {
+    /// The mention.
+    pub mention: usize,
+    /// What it may be.
+    pub target: Target,
+    /// How the pair was found.
+    pub kind: Kind,
+    /// Name similarity (1 for name and identity matches).
+    pub score: f64,
+    /// Committed nodes behind a partial candidate (several: ambiguous).
+    pub count: i64,
+    /// The target's name, for adjudication prompts.
+    pub name: String,
+    /// The target's chain (labels without "Entity").
+    pub chain: Vec<String>,
+}
+
+/// Candidate pairs of the run's mentions, from the joins described in
+/// the module docs. `nodes` names the committed nodes table (columns of
+/// `nodes`: short_id, group_id, name, name_normalized, type, labels,
+/// attributes); the UDFs of [`udfs`] must be registered on `ctx`.
+pub async fn candidates(
+    ctx: &SessionContext,
+    nodes: &str,
+    spec: &ResolveSpec,
+    identity: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<Pair>, DataFusionError> {
+    let m = MENTIONS_TABLE;
+    let node_side = format!(
+        "SELECT short_id AS target, group_id, name, fold_name(name_normalized) AS folded, type, labels, attributes FROM {nodes}"
+    );
+    let mention_side = format!(
+        "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}"
+    );
+    let probe = format!(
+        "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}"
+    );
+    let mut out = Vec::new();
+    for (side, is_mention) in [(node_side, false), (mention_side, true)] {
+        // Mention pairs are symmetric: keep each once.
+        let order = if is_mention {
+            "AND p.mention_id < t.target"
+        } else {
+            ""
+        };
+        let mut queries: Vec<(Kind, String)> = vec![(
+            Kind::Name,
+            format!(
+                "WITH p AS ({probe}), t AS ({side}) \
+                 SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels \
+                 FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.folded \
+                 WHERE chains_compatible(p.labels, t.labels) {order}"
+            ),
+        )];
+        if !identity.is_empty() {
+            let types: Vec<String> = identity
+                .keys()
+                .map(|t| format!("'{}'", t.replace('\'', "''")))
+                .collect();
+            let types = types.join(", ");
+            queries.push((
+                Kind::Identity,
+                format!(
+                    "WITH p AS (SELECT mention_id, group_id, type, labels, unnest(identity_keys(type, attributes)) AS k \
+                       FROM ({probe}) WHERE type IN ({types})), \
+                     t AS (SELECT target, group_id, type, name, labels, unnest(identity_keys(type, attributes)) AS k \
+                       FROM ({side}) WHERE type IN ({types})) \
+                     SELECT DISTINCT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels \
+                     FROM p JOIN t ON p.group_id = t.group_id AND p.type = t.type AND p.k = t.k \
+                     WHERE true {order}"
+                ),
+            ));
+        }
+        if spec.fuzzy {
+            queries.push((
+                Kind::Fuzzy,
+                format!(
+                    "WITH p AS (SELECT mention_id, group_id, folded, labels, unnest(name_bands(folded)) AS band FROM ({probe})), \
+                     t AS (SELECT target, group_id, folded, name, labels, unnest(name_bands(folded)) AS band FROM ({side})), \
+                     pairs AS (SELECT DISTINCT p.mention_id, t.target, p.folded AS pf, t.folded AS tf, t.name, t.labels \
+                       FROM p JOIN t ON p.group_id = t.group_id AND p.band = t.band \
+                       WHERE p.folded <> t.folded AND chains_compatible(p.labels, t.labels) {order}) \
+                     SELECT mention_id, target, name_similarity(pf, tf) AS score, CAST(1 AS BIGINT) AS n, name, labels \
+                     FROM pairs WHERE name_similarity(pf, tf) >= {grey}",
+                    grey = spec.grey_band_min
+                ),
+            ));
+        }
+        if spec.partial_names {
+            // One-word mentions (at least two letters, no digits) probe the
+            // first word of multi-word targets. The committed side is
+            // counted per (group, first word, type) after a semi-join on
+            // the probed words.
+            let single = format!(
+                "SELECT mention_id, group_id, folded, labels FROM ({probe}) \
+                 WHERE strpos(folded, ' ') = 0 AND character_length(folded) >= 2 \
+                 AND NOT regexp_like(folded, '[0-9]')"
+            );
+            let targets = if is_mention {
+                format!(
+                    "SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, labels, CAST(1 AS BIGINT) AS n \
+                     FROM ({side}) WHERE strpos(folded, ' ') > 0"
+                )
+            } else {
+                format!(
+                    "SELECT min(target) AS target, group_id, first, min(name) AS name, first_value(labels) AS labels, count(*) AS n \
+                     FROM (SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, type, labels FROM ({side}) \
+                       WHERE strpos(folded, ' ') > 0 \
+                       AND split_part(folded, ' ', 1) IN (SELECT s.folded AS probe_word FROM ({single}) s)) \
+                     GROUP BY group_id, first, type"
+                )
+            };
+            let order = if is_mention {
+                "AND p.mention_id <> t.target"
+            } else {
+                ""
+            };
+            queries.push((
+                Kind::Partial,
+                format!(
+                    "WITH p AS ({single}), t AS ({targets}) \
+                     SELECT p.mention_id, t.target, 0.0 AS score, t.n, t.name, t.labels \
+                     FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.first \
+                     WHERE chains_compatible(p.labels, t.labels) {order}"
+                ),
+            ));
+        }
+        for (kind, sql) in queries {
+            let batches = ctx.sql(&sql).await?.collect().await?;
+            for b in &batches {
+                decode_pairs(b, kind, is_mention, &mut out)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn decode_pairs(
+    b: &RecordBatch,
+    kind: Kind,
+    is_mention: bool,
+    out: &mut Vec<Pair>,
+) -> Result<(), DataFusionError> {
+    let int = |i: usize| -> Result<Int64Array, DataFusionError> {
+        let a = arrow::compute::cast(b.column(i), &DataType::Int64)?;
+        Ok(a.as_primitive::<arrow::datatypes::Int64Type>().clone())
+    };
+    let (mention, target, n) = (int(0)?, int(1)?, int(3)?);
+    let score = arrow::compute::cast(b.column(2), &DataType::Float64)?;
+    let score = score.as_primitive::<arrow::datatypes::Float64Type>();
+    let names = strings(b.column(4))?;
+    let names = names.as_string::<i32>();
+    let labels = string_lists(b.column(5))?;
+    let labels = labels.as_list::<i32>();
+    for i in 0..b.num_rows() {
+        let chain: Vec<String> = if labels.is_null(i) {
+            Vec::new()
+        } else {
+            let l = labels.value(i);
+            let l = l.as_string::<i32>();
+            l.iter().skip(1).flatten().map(str::to_string).collect()
+        };
+        let t = target.value(i);
+        out.push(Pair {
+            mention: mention.value(i) as usize,
+            target: if is_mention {
+                Target::Mention(t as usize)
+            } else {
+                Target::Node(t)
+            },
+            kind,
+            score: score.value(i),
+            count: n.value(i),
+            name: names.value(i).to_string(),
+            chain,
+        });
+    }
+    Ok(())
+}
+
+/// A mention the rules could not settle: the LLM may pick one of the
+/// options (or none); without it the mention stays separate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ambiguity {
+    /// The mention.
+    pub mention: usize,
+    /// What it may be, best first, with name and chain.
+    pub options: Vec<(Target, String, Vec<String>, f64)>,
+    /// Why it is open ("several candidates", "grey band", …).
+    pub reason: &'static str,
+}
+
+/// Counts of what the rules decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Candidate pairs by kind.
+    pub pairs: BTreeMap<String, usize>,
+    /// Links made (each joins two clusters).
+    pub links: usize,
+    /// Links refused (two committed nodes, or sibling chains).
+    pub refused: usize,
+    /// Mentions left open for adjudication.
+    pub ambiguous: usize,
+}
+
+/// Union-find over the run's mentions and the committed nodes they touch,
+/// with the merge rules as union conditions.
+#[derive(Debug)]
+pub struct Clusters {
+    parent: Vec<usize>,
+    /// Per root: the committed node of the cluster, if any.
+    committed: Vec<Option<i64>>,
+    /// Per root: the longest chain in the cluster.
+    chain: Vec<Vec<String>>,
+    /// Per root: whether some name in the cluster has several words.
+    multiword: Vec<bool>,
+    nodes: HashMap<i64, usize>,
+    mentions: usize,
+    /// What the rules decided.
+    pub stats: ClusterStats,
+}
+
+fn compatible(a: &[String], b: &[String]) -> bool {
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
+
+impl Clusters {
+    /// One singleton per mention (`chains[i]` its chain, `multiword[i]`
+    /// whether its name has several words).
+    pub fn new(chains: Vec<Vec<String>>, multiword: Vec<bool>) -> Self {
+        let n = chains.len();
+        Clusters {
+            parent: (0..n).collect(),
+            committed: vec![None; n],
+            chain: chains,
+            multiword,
+            nodes: HashMap::new(),
+            mentions: n,
+            stats: ClusterStats::default(),
+        }
+    }
+
+    fn find(&mut self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            self.parent[x] = self.parent[self.parent[x]];
+            x = self.parent[x];
+        }
+        x
+    }
+
+    fn entity(&mut self, target: Target, chain: &[String]) -> usize {
+        match target {
+            Target::Mention(m) => m,
+            Target::Node(id) => {
+                if let Some(&e) = self.nodes.get(&id) {
+                    return e;
+                }
+                let e = self.parent.len();
+                self.parent.push(e);
+                self.committed.push(Some(id));
+                self.chain.push(chain.to_vec());
+                self.multiword.push(true);
+                self.nodes.insert(id, e);
+                e
+            }
+        }
+    }
+
+    /// Joins the clusters of `mention` and `target` unless that would put
+    /// two committed nodes or two incompatible chains in one cluster.
+    pub fn link(&mut self, mention: usize, target: Target, target_chain: &[String]) -> bool {
+        let b = self.entity(target, target_chain);
+        let (ra, rb) = (self.find(mention), self.find(b));
+        if ra == rb {
+            return true;
+        }
+        let both_committed = matches!(
+            (self.committed[ra], self.committed[rb]),
+            (Some(x), Some(y)) if x != y
+        );
+        if both_committed || !compatible(&self.chain[ra], &self.chain[rb]) {
+            self.stats.refused += 1;
+            return false;
+        }
+        // The committed node's entry stays the root when there is one.
+        let (root, child) = if self.committed[rb].is_some() {
+            (rb, ra)
+        } else {
+            (ra, rb)
+        };
+        self.parent[child] = root;
+        self.committed[root] = self.committed[root].or(self.committed[child]);
+        if self.chain[child].len() > self.chain[root].len() {
+            self.chain[root] = std::mem::take(&mut self.chain[child]);
+        }
+        self.multiword[root] |= self.multiword[child];
+        self.stats.links += 1;
+        true
+    }
+
+    /// Applies the rules to the candidate pairs; returns what stays open.
+    ///
+    /// 1. Mention → committed node: an identity match decides unless the
+    ///    name points at another node; otherwise one name match, otherwise
+    ///    one fuzzy match at or above `fuzzy_merge_threshold`. Several
+    ///    candidates of the deciding kind, or grey-band fuzzy scores alone,
+    ///    leave the mention open.
+    /// 2. Mention ↔ mention: identity, name and high fuzzy matches link;
+    ///    grey-band ones are open.
+    /// 3. Partial names: a one-word mention whose cluster has no committed
+    ///    node and no multi-word name joins the only cluster its word
+    ///    starts; two or more (or one first word shared by several
+    ///    committed nodes) leave it open.
+    pub fn apply(&mut self, pairs: &[Pair], spec: &ResolveSpec) -> Vec<Ambiguity> {
+        for p in pairs {
+            let kind = format!("{:?}", p.kind).to_lowercase();
+            *self.stats.pairs.entry(kind).or_default() += 1;
+        }
+        let mut by_mention: BTreeMap<usize, Vec<&Pair>> = BTreeMap::new();
+        for p in pairs {
+            by_mention.entry(p.mention).or_default().push(p);
+        }
+        let mut open: BTreeMap<usize, Ambiguity> = BTreeMap::new();
+        let option = |p: &Pair| (p.target, p.name.clone(), p.chain.clone(), p.score);
+        // 1. Against committed nodes.
+        for (&m, list) in &by_mention {
+            let nodes = |kind: Kind, min: f64| -> Vec<&Pair> {
+                let mut seen = BTreeSet::new();
+                list.iter()
+                    .copied()
+                    .filter(|p| matches!(p.target, Target::Node(_)))
+                    .filter(|p| p.kind == kind && p.score >= min)
+                    .filter(|p| seen.insert(p.target))
+                    .collect()
+            };
+            let identity = nodes(Kind::Identity, 0.0);
+            let names = nodes(Kind::Name, 0.0);
+            let high = nodes(Kind::Fuzzy, spec.fuzzy_merge_threshold);
+            let grey: Vec<&Pair> = nodes(Kind::Fuzzy, 0.0)
+                .into_iter()
+                .filter(|p| p.score < spec.fuzzy_merge_threshold)
+                .collect();
+            let decided: Result<Option<&Pair>, (Vec<&Pair>, &'static str)> =
+                match (identity.len(), names.len(), high.len()) {
+                    (1, _, _) if names.iter().all(|n| n.target == identity[0].target) => {
+                        Ok(Some(identity[0]))
+                    }
+                    (0, 1, _) => Ok(Some(names[0])),
+                    (0, 0, 1) => Ok(Some(high[0])),
+                    (0, 0, 0) if grey.is_empty() => Ok(None),
+                    (0, 0, 0) => Err((grey, "only grey-band candidates")),
+                    (0, 0, _) => Err((high, "several similar names")),
+                    (0, _, _) => Err((names, "several nodes with this name")),
+                    _ => Err((
+                        identity.into_iter().chain(names).collect(),
+                        "identity and name disagree",
+                    )),
+                };
+            match decided {
+                Ok(Some(p)) => {
+                    self.link(m, p.target, &p.chain);
+                }
+                Ok(None) => {}
+                Err((mut options, reason)) => {
+                    options.sort_by(|a, b| b.score.total_cmp(&a.score));
+                    open.insert(
+                        m,
+                        Ambiguity {
+                            mention: m,
+                            options: options.into_iter().map(option).collect(),
+                            reason,
+                        },
+                    );
+                }
+            }
+        }
+        // 2. Between mentions, strongest kinds first.
+        for kind in [Kind::Identity, Kind::Name, Kind::Fuzzy] {
+            for p in pairs {
+                let Target::Mention(_) = p.target else {
+                    continue;
+                };
+                if p.kind != kind {
+                    continue;
+                }
+                if kind != Kind::Fuzzy || p.score >= spec.fuzzy_merge_threshold {
+                    self.link(p.mention, p.target, &p.chain);
+                } else {
+                    open.entry(p.mention).or_insert_with(|| Ambiguity {
+                        mention: p.mention,
+                        options: vec![option(p)],
+                        reason: "only grey-band candidates",
+                    });
+                }
+            }
+        }
+        // A grey-band pair whose ends ended up together is settled.
+        open.retain(|_, a| !(a.options.len() == 1 && self.same_cluster(a.mention, a.options[0].0)));
+        // 3. Partial names.
+        if spec.partial_names {
+            for (&m, list) in &by_mention {
+                let partial: Vec<&Pair> = list
+                    .iter()
+                    .copied()
+                    .filter(|p| p.kind == Kind::Partial)
+                    .collect();
+                if partial.is_empty() || open.contains_key(&m) {
+                    continue;
+                }
+                let root = self.find(m);
+                if self.committed[root].is_some() || self.multiword[root] {
+                    continue;
+                }
+                let mut roots = BTreeSet::new();
+                let mut crowded = false;
+                for p in &partial {
+                    if p.count > 1 {
+                        crowded = true;
+                        continue;
+                    }
+                    let e = self.entity(p.target, &p.chain);
+                    let r = self.find(e);
+                    if r != root {
+                        roots.insert(r);
+                    }
+                }
+                if roots.len() == 1 && !crowded {
+                    let p = partial[0];
+                    self.link(m, p.target, &p.chain);
+                } else if !roots.is_empty() || crowded {
+                    open.insert(
+                        m,
+                        Ambiguity {
+                            mention: m,
+                            options: partial.iter().map(|p| option(p)).collect(),
+                            reason: "a first name shared by several",
+                        },
+                    );
+                }
+            }
+        }
+        self.stats.ambiguous = open.len();
+        open.into_values().collect()
+    }
+
+    fn find_const(&self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            x = self.parent[x];
+        }
+        x
+    }
+
+    /// Whether a mention and a target already share a cluster.
+    pub fn same_cluster(&self, mention: usize, target: Target) -> bool {
+        let e = match target {
+            Target::Mention(x) => Some(x),
+            Target::Node(id) => self.nodes.get(&id).copied(),
+        };
+        e.is_some_and(|e| self.find_const(e) == self.find_const(mention))
+    }
+
+    /// The clusters of the mentions: per mention a cluster index, and per
+    /// cluster its committed node (if any).
+    pub fn finish(mut self) -> Resolved {
+        let mut index: HashMap<usize, usize> = HashMap::new();
+        let mut committed = Vec::new();
+        let mut cluster_of = Vec::with_capacity(self.mentions);
+        for m in 0..self.mentions {
+            let r = self.find(m);
+            let next = index.len();
+            let c = *index.entry(r).or_insert(next);
+            if c == committed.len() {
+                committed.push(self.committed[r]);
+            }
+            cluster_of.push(c);
+        }
+        Resolved {
+            cluster_of,
+            committed,
+            stats: self.stats,
+        }
+    }
+}
+
+/// The outcome of entity resolution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// Cluster index of each mention.
+    pub cluster_of: Vec<usize>,
+    /// Committed node (`short_id`) of each cluster, if it has one.
+    pub committed: Vec<Option<i64>>,
+    /// What the rules decided.
+    pub stats: ClusterStats,
+}
+
+/// Registers the UDFs and the mentions, runs the candidate joins against
+/// `nodes` and applies the rules. Returns the clusters-in-progress and
+/// what stays open, so the caller can adjudicate before
+/// [`Clusters::finish`].
+pub async fn resolve_entities(
+    ctx: &SessionContext,
+    nodes: &str,
+    mentions: &[MentionKey],
+    spec: &ResolveSpec,
+    identity: &BTreeMap<String, Vec<String>>,
+) -> Result<(Clusters, Vec<Ambiguity>), DataFusionError> {
+    for f in udfs(spec, identity) {
+        ctx.register_udf(f);
+    }
+    let partitions = ctx.state().config().target_partitions();
+    let table = datafusion::datasource::MemTable::try_new(
+        mentions_schema(),
+        mentions_batches(mentions, partitions)?,
+    )?;
+    let _ = ctx.deregister_table(MENTIONS_TABLE);
+    ctx.register_table(MENTIONS_TABLE, Arc::new(table))?;
+    let pairs = candidates(ctx, nodes, spec, identity).await?;
+    let chains = mentions.iter().map(|m| m.chain.clone()).collect();
+    let multiword = mentions
+        .iter()
+        .map(|m| fold_suffixes(&normalize_name(&m.name), &spec.corporate_suffixes).contains(' '))
+        .collect();
+    let mut clusters = Clusters::new(chains, multiword);
+    let open = clusters.apply(&pairs, spec);
+    let _ = ctx.deregister_table(MENTIONS_TABLE);
+    Ok((clusters, open))
+}
