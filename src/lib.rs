@@ -54,6 +54,14 @@ pub enum Error {
     Run(Box<run::RunError>),
     #[error(transparent)]
     Eval(Box<eval::EvalError>),
+    #[error(transparent)]
+    Bench(Box<bench::resolution::BenchError>),
+}
+
+impl From<bench::resolution::BenchError> for Error {
+    fn from(e: bench::resolution::BenchError) -> Self {
+        Error::Bench(Box::new(e))
+    }
 }
 
 impl From<eval::EvalError> for Error {
@@ -102,7 +110,7 @@ impl Error {
             Error::Store(e) => matches!(**e, store::StoreError::Location(_)),
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
-            Error::Llm(_) => false,
+            Error::Llm(_) | Error::Bench(_) => false,
             Error::Eval(e) => matches!(**e, eval::EvalError::Gold { .. }),
             Error::Run(e) => match &**e {
                 run::RunError::NoSource | run::RunError::Location(_) => true,

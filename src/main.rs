@@ -174,6 +174,33 @@ enum BenchCommand {
         #[arg(long, default_value_t = 1_000)]
         reply_chars: usize,
     },
+    /// Resolve synthetic mentions against synthetic committed nodes with
+    /// known duplicates; print time, peak memory, candidate counts and the
+    /// precision/recall of the merges. Build with --release for figures.
+    Resolve {
+        /// Mentions in the run.
+        #[arg(long, default_value_t = 100_000)]
+        mentions: usize,
+        /// Committed nodes.
+        #[arg(long, default_value_t = 100_000)]
+        nodes: usize,
+        /// Generator seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Where the nodes are written as Parquet (reused across runs with
+        /// the same seed and size). Default: a folder under the temp dir.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Share of mentions that are of an existing node, 0..1.
+        #[arg(long, default_value_t = 0.5)]
+        existing_share: f64,
+        /// Share of mentions repeating a new entity of the run, 0..1.
+        #[arg(long, default_value_t = 0.2)]
+        repeat_share: f64,
+        /// Turn fuzzy (MinHash/LSH) candidates off.
+        #[arg(long)]
+        no_fuzzy: bool,
+    },
 }
 
 /// Which graph a read command opens.
@@ -368,6 +395,35 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             let report = graphloom::bench::run_llm_bench(settings)
                 .await
                 .map_err(|e| graphloom::llm::LlmError::Setup(e.to_string()))?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Resolve {
+            mentions,
+            nodes,
+            seed,
+            dir,
+            existing_share,
+            repeat_share,
+            no_fuzzy,
+        }) => {
+            let spec = graphloom::resolve::ResolveSpec {
+                fuzzy: !no_fuzzy,
+                ..Default::default()
+            };
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("graphloom-bench-resolve-{nodes}-{seed}"))
+            });
+            let settings = graphloom::bench::resolution::ResolveBench {
+                mentions,
+                nodes,
+                seed,
+                dir,
+                existing_share: existing_share.clamp(0.0, 1.0),
+                repeat_share: repeat_share.clamp(0.0, 1.0 - existing_share.clamp(0.0, 1.0)),
+                spec,
+            };
+            let report = graphloom::bench::resolution::run_resolve_bench(settings).await?;
             out!("{report}");
             Ok(ExitCode::SUCCESS)
         }

@@ -672,7 +672,14 @@ impl Clusters {
                 let Target::Mention(_) = p.target else {
                     continue;
                 };
-                if p.kind != kind {
+                // A mention waiting for adjudication against committed
+                // nodes is not pulled into a cluster on the side.
+                if p.kind != kind || open.contains_key(&p.mention) {
+                    continue;
+                }
+                if let Target::Mention(t) = p.target
+                    && open.contains_key(&t)
+                {
                     continue;
                 }
                 if kind != Kind::Fuzzy || p.score >= spec.fuzzy_merge_threshold {
@@ -687,7 +694,15 @@ impl Clusters {
             }
         }
         // A grey-band pair whose ends ended up together is settled.
-        open.retain(|_, a| !(a.options.len() == 1 && self.same_cluster(a.mention, a.options[0].0)));
+        // Options that could no longer be linked (same cluster already, or
+        // two committed nodes / sibling chains) are dropped, and with them
+        // mentions left without options: no call is spent on them.
+        for a in open.values_mut() {
+            let m = a.mention;
+            a.options
+                .retain(|(t, _, chain, _)| self.could_link(m, *t, chain));
+        }
+        open.retain(|_, a| !a.options.is_empty());
         // 3. Partial names.
         if spec.partial_names {
             for (&m, list) in &by_mention {
@@ -742,13 +757,31 @@ impl Clusters {
         x
     }
 
-    /// Whether a mention and a target already share a cluster.
-    pub fn same_cluster(&self, mention: usize, target: Target) -> bool {
-        let e = match target {
-            Target::Mention(x) => Some(x),
-            Target::Node(id) => self.nodes.get(&id).copied(),
+    /// Whether linking a mention and a target would join two clusters
+    /// without breaking a rule (one committed node, compatible chains).
+    pub fn could_link(&self, mention: usize, target: Target, target_chain: &[String]) -> bool {
+        let ra = self.find_const(mention);
+        let (committed, chain) = match target {
+            Target::Mention(x) => {
+                let rb = self.find_const(x);
+                if rb == ra {
+                    return false;
+                }
+                (self.committed[rb], self.chain[rb].as_slice())
+            }
+            Target::Node(id) => match self.nodes.get(&id) {
+                Some(&e) => {
+                    let rb = self.find_const(e);
+                    if rb == ra {
+                        return false;
+                    }
+                    (self.committed[rb], self.chain[rb].as_slice())
+                }
+                None => (Some(id), target_chain),
+            },
         };
-        e.is_some_and(|e| self.find_const(e) == self.find_const(mention))
+        let fuses = matches!((self.committed[ra], committed), (Some(x), Some(y)) if x != y);
+        !fuses && compatible(&self.chain[ra], chain)
     }
 
     /// The clusters of the mentions: per mention a cluster index, and per
@@ -816,4 +849,43 @@ pub async fn resolve_entities(
     let open = clusters.apply(&pairs, spec);
     let _ = ctx.deregister_table(MENTIONS_TABLE);
     Ok((clusters, open))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(c: &[&str]) -> Vec<String> {
+        c.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_link_that_would_fuse_two_committed_nodes_is_refused() {
+        let person = chain(&["Person"]);
+        let mut c = Clusters::new(vec![person.clone(), person.clone()], vec![true, true]);
+        assert!(c.link(0, Target::Node(1), &person));
+        assert!(c.link(1, Target::Node(2), &person));
+        assert!(!c.could_link(0, Target::Mention(1), &person));
+        assert!(!c.link(0, Target::Mention(1), &person));
+        assert_eq!(c.stats.refused, 1);
+        let r = c.finish();
+        assert_eq!(r.committed[r.cluster_of[0]], Some(1));
+        assert_eq!(r.committed[r.cluster_of[1]], Some(2));
+    }
+
+    #[test]
+    fn siblings_never_meet_through_their_common_parent() {
+        let parent = chain(&["Contract"]);
+        let po = chain(&["Contract", "PurchaseOrder"]);
+        let msa = chain(&["Contract", "MasterAgreement"]);
+        let mut c = Clusters::new(vec![parent, po.clone(), msa.clone()], vec![false; 3]);
+        assert!(c.link(0, Target::Mention(1), &po), "prefix");
+        assert!(
+            !c.link(0, Target::Mention(2), &msa),
+            "the cluster is a PurchaseOrder now"
+        );
+        let r = c.finish();
+        assert_eq!(r.cluster_of[0], r.cluster_of[1]);
+        assert_ne!(r.cluster_of[0], r.cluster_of[2]);
+    }
 }

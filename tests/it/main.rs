@@ -8,6 +8,7 @@ mod llm_client;
 mod llm_test_server;
 mod local_llm;
 mod ontology_rules;
+mod resolution;
 mod run_pipeline;
 mod slt;
 mod source;

@@ -1,6 +1,10 @@
 //! Benchmarks printed as figures (`graphloom bench ...`), never asserted on
 //! time. `bench llm` drives the real client and limiter against the
-//! faithful test server and reports how close to each limit it ran.
+//! faithful test server and reports how close to each limit it ran;
+//! `bench resolve` ([`resolution`]) runs entity resolution over synthetic
+//! mentions and nodes with known duplicates.
+
+pub mod resolution;
 
 use std::sync::Arc;
 use std::time::Duration;
