@@ -27,7 +27,9 @@ this line is broken
 
 /// Entities the scripted model finds in each episode, by a word of it.
 fn entities_for(text: &str) -> Value {
-    let list = if text.contains("Order number PO-1 from the spring") {
+    let list = if text.contains("Brightline System shipped") {
+        json!([{"name": "Brightline System", "type": "Company", "attributes": []}])
+    } else if text.contains("Order number PO-1 from the spring") {
         json!([{"name": "Spring order", "type": "Contract", "attributes": []}])
     } else if text.contains("Priya Raman works full time for Acme Corp") {
         json!([{"name": "Priya Raman", "type": "Person", "attributes": []},
@@ -58,7 +60,9 @@ fn entities_for(text: &str) -> Value {
 }
 
 fn facts_for(text: &str) -> Value {
-    let list = if text.contains("Priya Raman works full time for Acme Corp") {
+    let list = if text.contains("Brightline System shipped") {
+        json!([])
+    } else if text.contains("Priya Raman works full time for Acme Corp") {
         json!([{"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Acme Corp.", "valid_at": "2021-09-01", "invalid_at": null}])
     } else if text.contains("Priya Raman is at Brightline Systems now") {
         json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null}])
@@ -124,6 +128,35 @@ fn responder(
                 system.contains("is a fact"),
                 po_is_plain.load(Ordering::SeqCst),
             ))
+        } else if system.contains("You resolve entity mentions") {
+            // Every mention is its first candidate.
+            let n = user.matches("\nMention ").count();
+            let items: Vec<Value> = (1..=n).map(|k| json!({"id": k, "choice": 1})).collect();
+            Reply::json(&json!({ "items": items }))
+        } else if system.contains("temporal knowledge graph consistent") {
+            // Employment facts contradict each other; nothing else does.
+            let items: Vec<Value> = user
+                .split("\nNew fact ")
+                .skip(1)
+                .enumerate()
+                .map(|(k, block)| {
+                    let (new, existing) =
+                        block.split_once("Existing facts:").unwrap_or((block, ""));
+                    let first = existing
+                        .lines()
+                        .find(|l| l.trim_start().starts_with("1."))
+                        .unwrap_or("");
+                    let hit = new.contains("works for") && first.contains("works for");
+                    json!({"id": k + 1, "contradicts": if hit { json!([1]) } else { json!([]) }})
+                })
+                .collect();
+            Reply::json(&json!({ "items": items }))
+        } else if system.contains("You summarise entities") {
+            let n = user.matches("\nEntity ").count();
+            let items: Vec<Value> = (1..=n)
+                .map(|k| json!({"id": k, "summary": format!("Summary {k}.")}))
+                .collect();
+            Reply::json(&json!({ "items": items }))
         } else {
             Reply::error(400, "unexpected prompt", "invalid_request_error", None)
         }
@@ -624,4 +657,206 @@ async fn an_identity_property_resolves_a_mention_under_another_name() {
     assert_eq!(po.len(), 1, "{po:?}");
     assert_eq!(po[0]["name"], "PO-1", "the committed name stays");
     assert_eq!(po[0]["episode_ids"].as_array().map(Vec::len), Some(3));
+}
+
+const GREY: &str = "{\"id\": \"e10\", \"content\": \"Brightline System shipped the order.\", \"kind\": \"message\", \"reference_time\": \"2025-04-01T10:00:00Z\"}\n";
+
+async fn brightline(store: &GraphStore) -> Vec<Value> {
+    query(
+        store,
+        "SELECT name, cardinality(episode_ids) AS episodes FROM nodes WHERE name LIKE 'Brightline%' ORDER BY name",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grey_band_name_is_adjudicated_in_a_batched_call_and_stays_apart_without_it() {
+    let f = fixture(|_| {}).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(GREY);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(report.ambiguous_entities, 1, "{report:?}");
+    assert_eq!(report.adjudicated_merges, 1);
+    assert_eq!(
+        stage_calls(&f.server, "You resolve entity mentions").len(),
+        1
+    );
+    let rows = brightline(&f.store).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["name"], "Brightline Systems");
+    assert_eq!(rows[0]["episodes"], 2);
+
+    let f = fixture(|spec| spec.resolve.adjudicate = false).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(GREY);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(
+        (report.ambiguous_entities, report.adjudicated_merges),
+        (1, 0)
+    );
+    assert!(stage_calls(&f.server, "You resolve entity mentions").is_empty());
+    assert_eq!(
+        brightline(&f.store).await.len(),
+        2,
+        "without the LLM: apart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_judged_contradiction_invalidates_the_older_fact_without_a_functional_type() {
+    let f = fixture(|spec| spec.resolve.functional_edge_types.clear()).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(EMPLOYMENT);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(report.invalidated_facts, 1, "{report:?}");
+    let calls = stage_calls(&f.server, "temporal knowledge graph consistent");
+    assert_eq!(calls.len(), 1, "one batched call");
+    let rows = employment(&f.store).await;
+    assert_eq!(rows[0]["company"], "Acme Corp");
+    assert_eq!(rows[0]["i"], "2025-03-10T00:00:00Z");
+    assert_eq!(rows[0]["expired"], true);
+    assert_eq!(rows[1]["expired"], false);
+
+    let f = fixture(|spec| {
+        spec.resolve.functional_edge_types.clear();
+        spec.resolve.judge_contradictions = false;
+    })
+    .await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(EMPLOYMENT);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(report.invalidated_facts, 0);
+    assert!(stage_calls(&f.server, "temporal knowledge graph consistent").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn summaries_and_embeddings_are_added_when_asked_for() {
+    let f = fixture(|spec| {
+        spec.resolve.summaries = true;
+        spec.resolve.embeddings = true;
+    })
+    .await;
+    let report = run(&f).await;
+    assert!(report.edges_added > 0);
+    let touched = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes n WHERE EXISTS (SELECT 1 FROM edges e WHERE e.source_node_id = n.node_id OR e.target_node_id = n.node_id)",
+    )
+    .await;
+    let summarised = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes WHERE summary LIKE 'Summary %'",
+    )
+    .await;
+    assert_eq!(
+        summarised[0]["n"], touched[0]["n"],
+        "every node a fact touches"
+    );
+    let embedded = query(
+        &f.store,
+        "SELECT (SELECT count(*) FROM nodes WHERE name_embedding IS NULL) AS nodes_without, \
+         (SELECT count(*) FROM edges WHERE fact_embedding IS NULL) AS edges_without",
+    )
+    .await;
+    assert_eq!(embedded[0]["nodes_without"], 0);
+    assert_eq!(embedded[0]["edges_without"], 0);
+    // Off by default: no summary calls.
+    let f = fixture(|_| {}).await;
+    run(&f).await;
+    assert!(stage_calls(&f.server, "You summarise entities").is_empty());
+}
+
+/// The graph's content without ids and timestamps, for comparing graphs
+/// built along different paths.
+async fn content(store: &GraphStore) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT name, type, labels, attributes, cardinality(episode_ids) AS eps, rank FROM nodes ORDER BY name, type",
+        "SELECT s.name AS s, t.name AS t, e.relation_type, e.fact, e.valid_at, e.invalid_at, \
+         e.expired_at IS NOT NULL AS expired, cardinality(e.episode_ids) AS eps \
+         FROM edges e JOIN nodes s ON s.node_id = e.source_node_id JOIN nodes t ON t.node_id = e.target_node_id \
+         ORDER BY s, t, relation_type, fact",
+        "SELECT n.name, l.label, l.depth FROM node_labels l JOIN nodes n ON n.node_id = l.node_id ORDER BY 1, 2, 3",
+        "SELECT episode_id FROM episodes ORDER BY episode_id",
+    ] {
+        out.push(query(store, sql).await);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_after_any_commit_and_rerun_ends_with_the_uninterrupted_graph() {
+    let f = fixture(|_| {}).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(EMPLOYMENT);
+    text.push_str(GREY);
+    std::fs::write(&f.source_file, text).expect("write");
+    let source_dir = f
+        .source_file
+        .parent()
+        .expect("dir")
+        .to_str()
+        .expect("utf-8");
+    let toml = std::fs::read_to_string(common::repo().join("pipelines/procurement.toml"))
+        .expect("example pipeline")
+        .replace("file://./pipelines/data/procurement/", source_dir)
+        .replace("http://127.0.0.1:8093/v1", &f.server.base_url());
+    let work = tempfile::tempdir().expect("temp dir");
+    let pipeline = work.path().join("pipeline.toml");
+    std::fs::write(&pipeline, toml).expect("write pipeline");
+    let run_cli = |graph: &Path, limit: Option<usize>, failpoint: Option<String>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_graphloom"));
+        cmd.arg("run").arg(&pipeline).arg("--graph").arg(graph);
+        if let Some(n) = limit {
+            cmd.args(["--limit", &n.to_string()]);
+        }
+        match failpoint {
+            Some(fp) => cmd.env("GRAPHLOOM_FAILPOINT", fp),
+            None => cmd.env_remove("GRAPHLOOM_FAILPOINT"),
+        };
+        cmd.output().expect("run graphloom")
+    };
+    // The uninterrupted path: a first run over the three oldest episodes,
+    // then a run that resolves the rest against them (merges, upgrades,
+    // invalidations in place).
+    let baseline = work.path().join("baseline");
+    assert!(run_cli(&baseline, Some(3), None).status.success());
+    let out = run_cli(&baseline, None, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let open =
+        |p: &Path| GraphStore::open(p.to_str().expect("utf-8"), &Default::default()).expect("open");
+    let expected = content(&open(&baseline)).await;
+    assert!(
+        expected[0].len() > 3 && expected[1].len() > 2,
+        "{expected:?}"
+    );
+
+    for table in ["nodes", "node_labels", "edges", "llm_calls"] {
+        let graph = work.path().join(format!("crash-{table}"));
+        assert!(run_cli(&graph, Some(3), None).status.success());
+        let crashed = run_cli(&graph, None, Some(format!("after_commit:{table}=abort")));
+        assert!(
+            !crashed.status.success(),
+            "the run was meant to die after `{table}`"
+        );
+        let rerun = run_cli(&graph, None, None);
+        assert!(
+            rerun.status.success(),
+            "re-run after a crash in `{table}`: {}",
+            String::from_utf8_lossy(&rerun.stderr)
+        );
+        assert_eq!(
+            content(&open(&graph)).await,
+            expected,
+            "killed after committing `{table}`, then re-run"
+        );
+    }
 }
