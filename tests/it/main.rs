@@ -3,6 +3,7 @@
 
 mod add_command;
 mod common;
+mod corpus_resolution;
 mod interop;
 mod llm_client;
 mod llm_test_server;

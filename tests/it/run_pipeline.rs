@@ -222,7 +222,7 @@ async fn run(f: &Fixture) -> RunReport {
         .expect("run completes")
 }
 
-async fn query(store: &GraphStore, sql: &str) -> Vec<Value> {
+pub(crate) async fn query(store: &GraphStore, sql: &str) -> Vec<Value> {
     let session = GraphSession::open(store).await.expect("session");
     let results = session.run(sql).await.expect("query");
     let text =
