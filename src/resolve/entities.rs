@@ -161,16 +161,25 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
     let (bands, rows) = (spec.lsh_bands, spec.lsh_rows);
     let name_bands = create_udf(
         "name_bands",
-        vec![DataType::Utf8],
+        vec![DataType::Utf8, DataType::Utf8],
         list_of(DataType::UInt64),
         Volatility::Immutable,
         Arc::new(move |args: &[ColumnarValue]| {
             let arrays = ColumnarValue::values_to_arrays(args)?;
-            let names = strings(&arrays[0])?;
+            let (groups, names) = (strings(&arrays[0])?, strings(&arrays[1])?);
             let mut out = ListBuilder::new(UInt64Builder::new());
-            for n in names.as_string::<i32>().iter() {
-                if let Some(n) = n {
-                    out.values().append_slice(&name_band_keys(n, bands, rows));
+            for (g, n) in groups
+                .as_string::<i32>()
+                .iter()
+                .zip(names.as_string::<i32>().iter())
+            {
+                if let (Some(g), Some(n)) = (g, n) {
+                    // The group is mixed into every key, so one join on
+                    // the key alone keeps groups apart.
+                    let salt = group_salt(g);
+                    for k in name_band_keys(n, bands, rows) {
+                        out.values().append_value(k ^ salt);
+                    }
                 }
                 out.append(true);
             }
@@ -243,6 +252,16 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
         }),
     );
     vec![fold, name_bands, similarity, compatible, identity_keys]
+}
+
+/// A hash of a group id, mixed into band keys.
+fn group_salt(group: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in group.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// `property=value` keys of the identity properties present in a JSON
@@ -363,17 +382,22 @@ pub async fn candidates(
             ));
         }
         if spec.fuzzy {
+            // Only ids and band keys go through the big join; names and
+            // chains are joined back for the (far fewer) candidate pairs.
             queries.push((
                 Kind::Fuzzy,
                 format!(
-                    "WITH p AS (SELECT mention_id, group_id, folded, labels, unnest(name_bands(folded)) AS band FROM ({probe})), \
-                     t AS (SELECT target, group_id, folded, name, labels, unnest(name_bands(folded)) AS band FROM ({side})), \
-                     pairs AS (SELECT DISTINCT p.mention_id, t.target, p.folded AS pf, t.folded AS tf, t.name, t.labels \
-                       FROM p JOIN t ON p.group_id = t.group_id AND p.band = t.band \
-                       WHERE p.folded <> t.folded AND chains_compatible(p.labels, t.labels) {order}) \
-                     SELECT mention_id, target, name_similarity(pf, tf) AS score, CAST(1 AS BIGINT) AS n, name, labels \
-                     FROM pairs WHERE name_similarity(pf, tf) >= {grey}",
-                    grey = spec.grey_band_min
+                    "WITH p AS (SELECT mention_id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})), \
+                     t AS (SELECT target, unnest(name_bands(group_id, folded)) AS band FROM ({side})), \
+                     pairs AS (SELECT DISTINCT p.mention_id, t.target FROM p JOIN t ON p.band = t.band), \
+                     scored AS (SELECT pairs.mention_id, pairs.target, name_similarity(m.folded, s.folded) AS score, \
+                       s.name, s.labels, m.labels AS mention_labels, m.folded AS mf, s.folded AS sf \
+                       FROM pairs JOIN ({probe}) m ON m.mention_id = pairs.mention_id \
+                       JOIN ({side}) s ON s.target = pairs.target) \
+                     SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels FROM scored p \
+                     WHERE mf <> sf AND score >= {grey} AND chains_compatible(mention_labels, labels) {order}",
+                    grey = spec.grey_band_min,
+                    order = if is_mention { "AND p.mention_id < p.target" } else { "" }
                 ),
             ));
         }
@@ -423,6 +447,13 @@ pub async fn candidates(
             }
         }
     }
+    // Partitions finish in any order; the rules see one order, so a
+    // re-run decides the same way.
+    out.sort_by(|a, b| {
+        (a.mention, a.kind, a.target)
+            .cmp(&(b.mention, b.kind, b.target))
+            .then(b.score.total_cmp(&a.score))
+    });
     Ok(out)
 }
 
@@ -666,30 +697,29 @@ impl Clusters {
                 }
             }
         }
-        // 2. Between mentions, strongest kinds first.
+        // 2. Between mentions, strongest kinds first. A mention waiting for
+        // adjudication against committed nodes is not pulled into a
+        // cluster on the side.
+        let waiting: BTreeSet<usize> = open.keys().copied().collect();
         for kind in [Kind::Identity, Kind::Name, Kind::Fuzzy] {
             for p in pairs {
-                let Target::Mention(_) = p.target else {
+                let Target::Mention(t) = p.target else {
                     continue;
                 };
-                // A mention waiting for adjudication against committed
-                // nodes is not pulled into a cluster on the side.
-                if p.kind != kind || open.contains_key(&p.mention) {
-                    continue;
-                }
-                if let Target::Mention(t) = p.target
-                    && open.contains_key(&t)
-                {
+                if p.kind != kind || waiting.contains(&p.mention) || waiting.contains(&t) {
                     continue;
                 }
                 if kind != Kind::Fuzzy || p.score >= spec.fuzzy_merge_threshold {
                     self.link(p.mention, p.target, &p.chain);
                 } else {
-                    open.entry(p.mention).or_insert_with(|| Ambiguity {
-                        mention: p.mention,
-                        options: vec![option(p)],
-                        reason: "only grey-band candidates",
-                    });
+                    open.entry(p.mention)
+                        .or_insert_with(|| Ambiguity {
+                            mention: p.mention,
+                            options: Vec::new(),
+                            reason: "only grey-band candidates",
+                        })
+                        .options
+                        .push(option(p));
                 }
             }
         }

@@ -68,6 +68,11 @@ pub const DEFAULT_CORPORATE_SUFFIXES: &[&str] = &[
 /// Removes trailing corporate suffixes from a normalised name, keeping at
 /// least one word ("co" alone stays "co").
 pub fn fold_suffixes<S: AsRef<str>>(normalized: &str, suffixes: &[S]) -> String {
+    // Most names end in no suffix: answer those without splitting.
+    let last = normalized.rsplit(' ').next().unwrap_or(normalized);
+    if last.len() == normalized.trim().len() || !suffixes.iter().any(|s| s.as_ref() == last) {
+        return normalized.to_string();
+    }
     let mut words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
     while words.len() > 1
         && words
