@@ -926,7 +926,7 @@ async fn execute(
                         .options
                         .iter()
                         .take(rs.max_candidates)
-                        .map(|(_, name, chain, _)| (name.clone(), chain.clone()))
+                        .map(|p| (p.name.clone(), p.chain.clone()))
                         .collect(),
                 }
             })
@@ -940,8 +940,7 @@ async fn execute(
         .await;
         for (case, option) in chosen {
             let o = &open[case];
-            let (target, _, chain, _) = &o.options[option];
-            if clusters.link(o.mention, *target, chain) {
+            if clusters.link(o.mention, &o.options[option]) {
                 report.adjudicated_merges += 1;
             }
         }

@@ -364,6 +364,8 @@ pub struct ResolveReport {
     pub node_merges: (u64, u64, u64),
     /// Mention pairs put together: right / made / should.
     pub pair_merges: (u64, u64, u64),
+    /// A few wrong merges into committed nodes, as "mention → node".
+    pub wrong_samples: Vec<String>,
 }
 
 impl ResolveReport {
@@ -432,6 +434,9 @@ impl fmt::Display for ResolveReport {
             f,
             "  mention pairs:      {r} right of {m} made, {s} expected"
         )?;
+        for w in &self.wrong_samples {
+            writeln!(f, "  wrong merge: {w}")?;
+        }
         write!(
             f,
             "  precision {:.4}, recall {:.4}",
@@ -491,6 +496,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
 
     // Merges to committed nodes.
     let mut node = (0u64, 0u64, 0u64);
+    let mut wrong_samples = Vec::new();
     for (k, t) in truth.iter().enumerate() {
         let got = resolved.committed[resolved.cluster_of[k]];
         if let Truth::Existing(x) = t {
@@ -499,8 +505,19 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
                 node.0 += 1;
             }
         }
-        if got.is_some() {
+        if let Some(g) = got {
             node.1 += 1;
+            if *t != Truth::Existing(g) && wrong_samples.len() < 5 {
+                let is = match t {
+                    Truth::Existing(x) => format!("node {x}"),
+                    Truth::New(_) => "a new entity".to_string(),
+                };
+                wrong_samples.push(format!(
+                    "{:?} ({is}) → {:?} (node {g})",
+                    mentions[k].name,
+                    entity(b.seed, g as u64).name
+                ));
+            }
         }
     }
     // Mention pairs in one cluster, counted per group (no pair loops).
@@ -528,5 +545,6 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         ambiguous: open.len(),
         node_merges: node,
         pair_merges: pair,
+        wrong_samples,
     })
 }

@@ -323,6 +323,8 @@ pub struct Pair {
     pub name: String,
     /// The target's chain (labels without "Entity").
     pub chain: Vec<String>,
+    /// The target's identity keys (`property=value`).
+    pub identity: Vec<String>,
 }
 
 /// Candidate pairs of the run's mentions, from the joins described in
@@ -357,7 +359,8 @@ pub async fn candidates(
             Kind::Name,
             format!(
                 "WITH p AS ({probe}), t AS ({side}) \
-                 SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels \
+                 SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, \
+                 identity_keys(t.type, t.attributes) AS ids \
                  FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.folded \
                  WHERE chains_compatible(p.labels, t.labels) {order}"
             ),
@@ -373,9 +376,10 @@ pub async fn candidates(
                 format!(
                     "WITH p AS (SELECT mention_id, group_id, type, labels, unnest(identity_keys(type, attributes)) AS k \
                        FROM ({probe}) WHERE type IN ({types})), \
-                     t AS (SELECT target, group_id, type, name, labels, unnest(identity_keys(type, attributes)) AS k \
+                     t AS (SELECT target, group_id, type, name, labels, attributes, unnest(identity_keys(type, attributes)) AS k \
                        FROM ({side}) WHERE type IN ({types})) \
-                     SELECT DISTINCT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels \
+                     SELECT DISTINCT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, \
+                       identity_keys(t.type, t.attributes) AS ids \
                      FROM p JOIN t ON p.group_id = t.group_id AND p.type = t.type AND p.k = t.k \
                      WHERE true {order}"
                 ),
@@ -391,10 +395,11 @@ pub async fn candidates(
                      t AS (SELECT target, unnest(name_bands(group_id, folded)) AS band FROM ({side})), \
                      pairs AS (SELECT DISTINCT p.mention_id, t.target FROM p JOIN t ON p.band = t.band), \
                      scored AS (SELECT pairs.mention_id, pairs.target, name_similarity(m.folded, s.folded) AS score, \
-                       s.name, s.labels, m.labels AS mention_labels, m.folded AS mf, s.folded AS sf \
+                       s.name, s.labels, m.labels AS mention_labels, m.folded AS mf, s.folded AS sf, \
+                       identity_keys(s.type, s.attributes) AS ids \
                        FROM pairs JOIN ({probe}) m ON m.mention_id = pairs.mention_id \
                        JOIN ({side}) s ON s.target = pairs.target) \
-                     SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels FROM scored p \
+                     SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, ids FROM scored p \
                      WHERE mf <> sf AND score >= {grey} AND chains_compatible(mention_labels, labels) {order}",
                     grey = spec.grey_band_min,
                     order = if is_mention { "AND p.mention_id < p.target" } else { "" }
@@ -413,13 +418,16 @@ pub async fn candidates(
             );
             let targets = if is_mention {
                 format!(
-                    "SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, labels, CAST(1 AS BIGINT) AS n \
+                    "SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, labels, CAST(1 AS BIGINT) AS n, \
+                     identity_keys(type, attributes) AS ids \
                      FROM ({side}) WHERE strpos(folded, ' ') > 0"
                 )
             } else {
                 format!(
-                    "SELECT min(target) AS target, group_id, first, min(name) AS name, first_value(labels) AS labels, count(*) AS n \
-                     FROM (SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, type, labels FROM ({side}) \
+                    "SELECT min(target) AS target, group_id, first, min(name) AS name, first_value(labels) AS labels, count(*) AS n, \
+                     first_value(ids) AS ids \
+                     FROM (SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, type, labels, \
+                       identity_keys(type, attributes) AS ids FROM ({side}) \
                        WHERE strpos(folded, ' ') > 0 \
                        AND split_part(folded, ' ', 1) IN (SELECT s.folded AS probe_word FROM ({single}) s)) \
                      GROUP BY group_id, first, type"
@@ -434,7 +442,7 @@ pub async fn candidates(
                 Kind::Partial,
                 format!(
                     "WITH p AS ({single}), t AS ({targets}) \
-                     SELECT p.mention_id, t.target, 0.0 AS score, t.n, t.name, t.labels \
+                     SELECT p.mention_id, t.target, 0.0 AS score, t.n, t.name, t.labels, t.ids \
                      FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.first \
                      WHERE chains_compatible(p.labels, t.labels) {order}"
                 ),
@@ -474,6 +482,8 @@ fn decode_pairs(
     let names = names.as_string::<i32>();
     let labels = string_lists(b.column(5))?;
     let labels = labels.as_list::<i32>();
+    let ids = string_lists(b.column(6))?;
+    let ids = ids.as_list::<i32>();
     for i in 0..b.num_rows() {
         let chain: Vec<String> = if labels.is_null(i) {
             Vec::new()
@@ -481,6 +491,13 @@ fn decode_pairs(
             let l = labels.value(i);
             let l = l.as_string::<i32>();
             l.iter().skip(1).flatten().map(str::to_string).collect()
+        };
+        let identity: Vec<String> = if ids.is_null(i) {
+            Vec::new()
+        } else {
+            let l = ids.value(i);
+            let l = l.as_string::<i32>();
+            l.iter().flatten().map(str::to_string).collect()
         };
         let t = target.value(i);
         out.push(Pair {
@@ -495,6 +512,7 @@ fn decode_pairs(
             count: n.value(i),
             name: names.value(i).to_string(),
             chain,
+            identity,
         });
     }
     Ok(())
@@ -506,8 +524,8 @@ fn decode_pairs(
 pub struct Ambiguity {
     /// The mention.
     pub mention: usize,
-    /// What it may be, best first, with name and chain.
-    pub options: Vec<(Target, String, Vec<String>, f64)>,
+    /// What it may be, best first.
+    pub options: Vec<Pair>,
     /// Why it is open ("several candidates", "grey band", …).
     pub reason: &'static str,
 }
@@ -536,10 +554,23 @@ pub struct Clusters {
     chain: Vec<Vec<String>>,
     /// Per root: whether some name in the cluster has several words.
     multiword: Vec<bool>,
+    /// Per root: identity values in the cluster, by property.
+    identity: Vec<BTreeMap<String, String>>,
     nodes: HashMap<i64, usize>,
     mentions: usize,
     /// What the rules decided.
     pub stats: ClusterStats,
+}
+
+/// `property=value` keys as a map (the first value of a property wins).
+fn identity_map(keys: &[String]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for k in keys {
+        if let Some((p, v)) = k.split_once('=') {
+            out.entry(p.to_string()).or_insert_with(|| v.to_string());
+        }
+    }
+    out
 }
 
 fn compatible(a: &[String], b: &[String]) -> bool {
@@ -550,13 +581,16 @@ fn compatible(a: &[String], b: &[String]) -> bool {
 impl Clusters {
     /// One singleton per mention (`chains[i]` its chain, `multiword[i]`
     /// whether its name has several words).
-    pub fn new(chains: Vec<Vec<String>>, multiword: Vec<bool>) -> Self {
+    pub fn new(chains: Vec<Vec<String>>, multiword: Vec<bool>, identity: Vec<Vec<String>>) -> Self {
         let n = chains.len();
         Clusters {
             parent: (0..n).collect(),
             committed: vec![None; n],
             chain: chains,
             multiword,
+            identity: (0..n)
+                .map(|i| identity_map(identity.get(i).map_or(&[][..], Vec::as_slice)))
+                .collect(),
             nodes: HashMap::new(),
             mentions: n,
             stats: ClusterStats::default(),
@@ -571,7 +605,7 @@ impl Clusters {
         x
     }
 
-    fn entity(&mut self, target: Target, chain: &[String]) -> usize {
+    fn entity(&mut self, target: Target, chain: &[String], identity: &[String]) -> usize {
         match target {
             Target::Mention(m) => m,
             Target::Node(id) => {
@@ -583,25 +617,23 @@ impl Clusters {
                 self.committed.push(Some(id));
                 self.chain.push(chain.to_vec());
                 self.multiword.push(true);
+                self.identity.push(identity_map(identity));
                 self.nodes.insert(id, e);
                 e
             }
         }
     }
 
-    /// Joins the clusters of `mention` and `target` unless that would put
-    /// two committed nodes or two incompatible chains in one cluster.
-    pub fn link(&mut self, mention: usize, target: Target, target_chain: &[String]) -> bool {
-        let b = self.entity(target, target_chain);
+    /// Joins the clusters of `mention` and `to.target` unless that would
+    /// put two committed nodes, two incompatible chains or two different
+    /// values of one identity property in one cluster.
+    pub fn link(&mut self, mention: usize, to: &Pair) -> bool {
+        let b = self.entity(to.target, &to.chain, &to.identity);
         let (ra, rb) = (self.find(mention), self.find(b));
         if ra == rb {
             return true;
         }
-        let both_committed = matches!(
-            (self.committed[ra], self.committed[rb]),
-            (Some(x), Some(y)) if x != y
-        );
-        if both_committed || !compatible(&self.chain[ra], &self.chain[rb]) {
+        if !self.joinable(ra, rb) {
             self.stats.refused += 1;
             return false;
         }
@@ -617,8 +649,24 @@ impl Clusters {
             self.chain[root] = std::mem::take(&mut self.chain[child]);
         }
         self.multiword[root] |= self.multiword[child];
+        let moved = std::mem::take(&mut self.identity[child]);
+        for (k, v) in moved {
+            self.identity[root].entry(k).or_insert(v);
+        }
         self.stats.links += 1;
         true
+    }
+
+    /// Whether two roots may become one cluster.
+    fn joinable(&self, ra: usize, rb: usize) -> bool {
+        let fuses = matches!(
+            (self.committed[ra], self.committed[rb]),
+            (Some(x), Some(y)) if x != y
+        );
+        let clash = self.identity[ra]
+            .iter()
+            .any(|(k, v)| self.identity[rb].get(k).is_some_and(|w| w != v));
+        !fuses && !clash && compatible(&self.chain[ra], &self.chain[rb])
     }
 
     /// Applies the rules to the candidate pairs; returns what stays open.
@@ -644,7 +692,7 @@ impl Clusters {
             by_mention.entry(p.mention).or_default().push(p);
         }
         let mut open: BTreeMap<usize, Ambiguity> = BTreeMap::new();
-        let option = |p: &Pair| (p.target, p.name.clone(), p.chain.clone(), p.score);
+        let option = |p: &Pair| p.clone();
         // 1. Against committed nodes.
         for (&m, list) in &by_mention {
             let nodes = |kind: Kind, min: f64| -> Vec<&Pair> {
@@ -681,7 +729,7 @@ impl Clusters {
                 };
             match decided {
                 Ok(Some(p)) => {
-                    self.link(m, p.target, &p.chain);
+                    self.link(m, p);
                 }
                 Ok(None) => {}
                 Err((mut options, reason)) => {
@@ -710,7 +758,7 @@ impl Clusters {
                     continue;
                 }
                 if kind != Kind::Fuzzy || p.score >= spec.fuzzy_merge_threshold {
-                    self.link(p.mention, p.target, &p.chain);
+                    self.link(p.mention, p);
                 } else {
                     open.entry(p.mention)
                         .or_insert_with(|| Ambiguity {
@@ -729,8 +777,7 @@ impl Clusters {
         // mentions left without options: no call is spent on them.
         for a in open.values_mut() {
             let m = a.mention;
-            a.options
-                .retain(|(t, _, chain, _)| self.could_link(m, *t, chain));
+            a.options.retain(|p| self.could_link(m, p));
         }
         open.retain(|_, a| !a.options.is_empty());
         // 3. Partial names.
@@ -755,7 +802,7 @@ impl Clusters {
                         crowded = true;
                         continue;
                     }
-                    let e = self.entity(p.target, &p.chain);
+                    let e = self.entity(p.target, &p.chain, &p.identity);
                     let r = self.find(e);
                     if r != root {
                         roots.insert(r);
@@ -763,7 +810,7 @@ impl Clusters {
                 }
                 if roots.len() == 1 && !crowded {
                     let p = partial[0];
-                    self.link(m, p.target, &p.chain);
+                    self.link(m, p);
                 } else if !roots.is_empty() || crowded {
                     open.insert(
                         m,
@@ -788,30 +835,27 @@ impl Clusters {
     }
 
     /// Whether linking a mention and a target would join two clusters
-    /// without breaking a rule (one committed node, compatible chains).
-    pub fn could_link(&self, mention: usize, target: Target, target_chain: &[String]) -> bool {
+    /// without breaking a rule.
+    pub fn could_link(&self, mention: usize, to: &Pair) -> bool {
         let ra = self.find_const(mention);
-        let (committed, chain) = match target {
-            Target::Mention(x) => {
-                let rb = self.find_const(x);
-                if rb == ra {
-                    return false;
-                }
-                (self.committed[rb], self.chain[rb].as_slice())
-            }
-            Target::Node(id) => match self.nodes.get(&id) {
-                Some(&e) => {
-                    let rb = self.find_const(e);
-                    if rb == ra {
-                        return false;
-                    }
-                    (self.committed[rb], self.chain[rb].as_slice())
-                }
-                None => (Some(id), target_chain),
-            },
+        let existing = match to.target {
+            Target::Mention(x) => Some(x),
+            Target::Node(id) => self.nodes.get(&id).copied(),
         };
-        let fuses = matches!((self.committed[ra], committed), (Some(x), Some(y)) if x != y);
-        !fuses && compatible(&self.chain[ra], chain)
+        match existing {
+            Some(e) => {
+                let rb = self.find_const(e);
+                rb != ra && self.joinable(ra, rb)
+            }
+            None => {
+                let fuses = self.committed[ra].is_some();
+                let other = identity_map(&to.identity);
+                let clash = self.identity[ra]
+                    .iter()
+                    .any(|(k, v)| other.get(k).is_some_and(|w| w != v));
+                !fuses && !clash && compatible(&self.chain[ra], &to.chain)
+            }
+        }
     }
 
     /// The clusters of the mentions: per mention a cluster index, and per
@@ -875,7 +919,17 @@ pub async fn resolve_entities(
         .iter()
         .map(|m| fold_suffixes(&normalize_name(&m.name), &spec.corporate_suffixes).contains(' '))
         .collect();
-    let mut clusters = Clusters::new(chains, multiword);
+    let ids = mentions
+        .iter()
+        .map(|m| {
+            m.chain
+                .last()
+                .and_then(|t| identity.get(t))
+                .map(|props| identity_values(props, &m.attributes))
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut clusters = Clusters::new(chains, multiword, ids);
     let open = clusters.apply(&pairs, spec);
     let _ = ctx.deregister_table(MENTIONS_TABLE);
     Ok((clusters, open))
@@ -889,14 +943,31 @@ mod tests {
         c.iter().map(|s| s.to_string()).collect()
     }
 
+    fn to(target: Target, chain: &[String], identity: &[&str]) -> Pair {
+        Pair {
+            mention: 0,
+            target,
+            kind: Kind::Name,
+            score: 1.0,
+            count: 1,
+            name: String::new(),
+            chain: chain.to_vec(),
+            identity: identity.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
     #[test]
     fn a_link_that_would_fuse_two_committed_nodes_is_refused() {
         let person = chain(&["Person"]);
-        let mut c = Clusters::new(vec![person.clone(), person.clone()], vec![true, true]);
-        assert!(c.link(0, Target::Node(1), &person));
-        assert!(c.link(1, Target::Node(2), &person));
-        assert!(!c.could_link(0, Target::Mention(1), &person));
-        assert!(!c.link(0, Target::Mention(1), &person));
+        let mut c = Clusters::new(
+            vec![person.clone(), person.clone()],
+            vec![true, true],
+            vec![vec![], vec![]],
+        );
+        assert!(c.link(0, &to(Target::Node(1), &person, &[])));
+        assert!(c.link(1, &to(Target::Node(2), &person, &[])));
+        assert!(!c.could_link(0, &to(Target::Mention(1), &person, &[])));
+        assert!(!c.link(0, &to(Target::Mention(1), &person, &[])));
         assert_eq!(c.stats.refused, 1);
         let r = c.finish();
         assert_eq!(r.committed[r.cluster_of[0]], Some(1));
@@ -908,14 +979,32 @@ mod tests {
         let parent = chain(&["Contract"]);
         let po = chain(&["Contract", "PurchaseOrder"]);
         let msa = chain(&["Contract", "MasterAgreement"]);
-        let mut c = Clusters::new(vec![parent, po.clone(), msa.clone()], vec![false; 3]);
-        assert!(c.link(0, Target::Mention(1), &po), "prefix");
+        let mut c = Clusters::new(
+            vec![parent, po.clone(), msa.clone()],
+            vec![false; 3],
+            vec![],
+        );
+        assert!(c.link(0, &to(Target::Mention(1), &po, &[])), "prefix");
         assert!(
-            !c.link(0, Target::Mention(2), &msa),
+            !c.link(0, &to(Target::Mention(2), &msa, &[])),
             "the cluster is a PurchaseOrder now"
         );
         let r = c.finish();
         assert_eq!(r.cluster_of[0], r.cluster_of[1]);
         assert_ne!(r.cluster_of[0], r.cluster_of[2]);
+    }
+
+    #[test]
+    fn two_values_of_one_identity_property_never_share_a_cluster() {
+        let person = chain(&["Person"]);
+        let mut c = Clusters::new(
+            vec![person.clone(), person.clone()],
+            vec![true, true],
+            vec![vec!["email=t a".into()], vec!["email=t b".into()]],
+        );
+        assert!(!c.link(0, &to(Target::Mention(1), &person, &[])));
+        assert!(!c.link(0, &to(Target::Node(9), &person, &["email=t c"])));
+        assert!(c.link(0, &to(Target::Node(8), &person, &["email=t a"])));
+        assert_eq!(c.stats.refused, 2);
     }
 }

@@ -201,8 +201,9 @@ async fn fuzzy_names_merge_above_the_threshold_and_the_grey_band_stays_open() {
     .await;
     assert_eq!(node_of(&r, 0), None, "without adjudication it stays apart");
     assert_eq!(open.len(), 1);
-    assert_eq!(open[0].options[0].0, Target::Node(1));
-    assert!(open[0].options[0].3 >= spec.grey_band_min && open[0].options[0].3 < 0.85);
+    assert_eq!(open[0].options[0].target, Target::Node(1));
+    let score = open[0].options[0].score;
+    assert!(score >= spec.grey_band_min && score < 0.85, "{score}");
     // Unrelated names are no candidates at all.
     let (_, open) = resolve(
         &[key("Brightline Systems", &["Company"], "{}")],
