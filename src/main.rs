@@ -200,6 +200,15 @@ enum BenchCommand {
         /// Turn fuzzy (MinHash/LSH) candidates off.
         #[arg(long)]
         no_fuzzy: bool,
+        /// LSH bands (resolve.lsh_bands).
+        #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().lsh_bands)]
+        lsh_bands: usize,
+        /// MinHash rows per band (resolve.lsh_rows).
+        #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().lsh_rows)]
+        lsh_rows: usize,
+        /// Largest LSH bucket used (resolve.lsh_max_bucket).
+        #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().lsh_max_bucket)]
+        lsh_max_bucket: usize,
     },
 }
 
@@ -406,11 +415,22 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             existing_share,
             repeat_share,
             no_fuzzy,
+            lsh_bands,
+            lsh_rows,
+            lsh_max_bucket,
         }) => {
             let spec = graphloom::resolve::ResolveSpec {
                 fuzzy: !no_fuzzy,
+                lsh_bands,
+                lsh_rows,
+                lsh_max_bucket,
                 ..Default::default()
             };
+            if let Some((key, msg)) = spec.problems().into_iter().next() {
+                let flag = key.replace("resolve.", "--").replace('_', "-");
+                eprintln!("error: {flag} {msg}");
+                return Ok(ExitCode::from(2));
+            }
             let dir = dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("graphloom-bench-resolve-{nodes}-{seed}"))
             });
@@ -480,6 +500,13 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         r.duplicate_facts,
         r.invalidated_facts
     );
+    if r.ambiguous_entities > 0 {
+        out!(
+            "resolution: {} ambiguous mentions, {} merged on adjudication, the rest kept separate",
+            r.ambiguous_entities,
+            r.adjudicated_merges
+        );
+    }
     let stages: Vec<String> = r
         .calls_by_stage
         .iter()

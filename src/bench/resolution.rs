@@ -4,9 +4,10 @@
 //!
 //! The generator is deterministic per seed. Node `i` is a function of
 //! `(seed, i)`, so a mention of an existing node rebuilds its name without
-//! keeping ten million names in memory. Names come from syllables (about
-//! 13 million surnames, 4,000 first names), so same-name collisions and
-//! shared first names happen as they do in real archives. Mentions are:
+//! keeping ten million names in memory. Names come from 1,792 syllables
+//! (4,000 first names, about 5.7 billion surnames of 2–3 syllables), so
+//! shared first names are common and same-name collisions rare but real,
+//! as in real archives. Mentions are:
 //!
 //! * of an existing node (`existing_share`), written as a surface variant
 //!   (case, punctuation, corporate suffix), with a typo, under another name
@@ -51,13 +52,28 @@ pub struct ResolveBench {
     pub spec: ResolveSpec,
 }
 
-const SYLLABLES: [&str; 60] = [
-    "ka", "lo", "mi", "ra", "ven", "tor", "sel", "dri", "na", "qu", "bel", "cor", "dan", "fel",
-    "gri", "hal", "jor", "kel", "lin", "mar", "nor", "pel", "ris", "sar", "tam", "vol", "wen",
-    "yar", "zor", "bri", "cla", "dro", "fin", "gar", "hen", "isk", "jul", "kra", "lum", "mos",
-    "ner", "ost", "pra", "quin", "rol", "sten", "tal", "ulm", "vex", "wyn", "xan", "yel", "zan",
-    "bo", "de", "fi", "gu", "ha", "je", "ko",
-];
+/// Syllables: onset + vowel + coda, 1,792 of them, so names share
+/// trigrams about as unevenly as real ones do.
+fn syllables() -> &'static [String] {
+    static LIST: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        const ONSETS: [&str; 28] = [
+            "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+            "z", "br", "cl", "dr", "gr", "kr", "pl", "st", "th", "sh", "ch",
+        ];
+        const VOWELS: [&str; 8] = ["a", "e", "i", "o", "u", "ae", "ou", "y"];
+        const CODAS: [&str; 8] = ["", "n", "r", "l", "s", "m", "nd", "rt"];
+        let mut out = Vec::new();
+        for o in ONSETS {
+            for v in VOWELS {
+                for c in CODAS {
+                    out.push(format!("{o}{v}{c}"));
+                }
+            }
+        }
+        out
+    })
+}
 
 const SUFFIXES: [(&str, &str); 4] = [
     ("Inc", "Incorporated"),
@@ -66,10 +82,11 @@ const SUFFIXES: [(&str, &str); 4] = [
     ("GmbH", "GmbH"),
 ];
 
-fn word(rng: &mut StdRng, syllables: usize) -> String {
+fn word(rng: &mut StdRng, count: usize) -> String {
+    let list = syllables();
     let mut w = String::new();
-    for _ in 0..syllables {
-        w.push_str(SYLLABLES[rng.random_range(0..SYLLABLES.len())]);
+    for _ in 0..count {
+        w.push_str(&list[rng.random_range(0..list.len())]);
     }
     let mut c = w.chars();
     match c.next() {
@@ -100,7 +117,7 @@ fn entity(seed: u64, i: u64) -> Entity {
     match i % 10 {
         0..=4 => {
             let first = first_name(seed, rng.random_range(0..4_000));
-            let syl = rng.random_range(2..=4);
+            let syl = rng.random_range(2..=3);
             let last = word(&mut rng, syl);
             Entity {
                 name: format!("{first} {last}"),
@@ -116,8 +133,7 @@ fn entity(seed: u64, i: u64) -> Entity {
             }
         }
         5..=7 => {
-            let syl = rng.random_range(2..=3);
-            let a = word(&mut rng, syl);
+            let a = word(&mut rng, 2);
             let b = word(&mut rng, 2);
             let s = rng.random_range(0..SUFFIXES.len());
             Entity {
@@ -129,8 +145,11 @@ fn entity(seed: u64, i: u64) -> Entity {
                 suffix: Some(s),
             }
         }
+        // Order numbers and agreement codes are unique per entity (a
+        // bijection of the index), as real ones are: equal codes would be
+        // the same order, and no rule could tell them apart.
         8 => Entity {
-            name: format!("PO {}", rng.random_range(1_000_000..10_000_000)),
+            name: format!("PO {:08}", (i / 10).wrapping_mul(48_271) % 100_000_000),
             chain: chain(&["Contract", "PurchaseOrder"]),
             email: None,
             first: String::new(),
@@ -138,9 +157,9 @@ fn entity(seed: u64, i: u64) -> Entity {
             suffix: None,
         },
         _ => {
-            let a = word(&mut rng, 3);
+            let a = word(&mut rng, 2);
             Entity {
-                name: format!("{a} MSA {}", rng.random_range(2000..2030)),
+                name: format!("{a} MSA {:08}", (i / 10).wrapping_mul(7_919) % 100_000_000),
                 chain: chain(&["Contract", "MasterAgreement"]),
                 email: None,
                 first: a,
@@ -159,7 +178,7 @@ fn attributes(e: &Entity) -> String {
 }
 
 /// A mention of `e` the way a document might write it.
-fn variant(e: &Entity, rng: &mut StdRng) -> MentionKey {
+fn variant(e: &Entity, rng: &mut StdRng) -> (MentionKey, &'static str) {
     let mut m = MentionKey {
         group_id: "bench".into(),
         name: e.name.clone(),
@@ -167,7 +186,9 @@ fn variant(e: &Entity, rng: &mut StdRng) -> MentionKey {
         attributes: attributes(e),
     };
     let r: f64 = rng.random();
+    let mut kind = "as written";
     if r < 0.45 {
+        kind = "surface";
         // Surface: case, punctuation, the other spelling of the suffix.
         m.name = match (rng.random_range(0..3), e.suffix) {
             (0, _) => e.name.to_uppercase(),
@@ -176,6 +197,11 @@ fn variant(e: &Entity, rng: &mut StdRng) -> MentionKey {
         };
     } else if r < 0.65 {
         // A typo inside the longest word.
+        kind = if e.chain[0] == "Contract" {
+            "typo in a code"
+        } else {
+            "typo"
+        };
         let mut words: Vec<String> = e.name.split(' ').map(str::to_string).collect();
         if let Some(w) = words
             .iter_mut()
@@ -191,13 +217,15 @@ fn variant(e: &Entity, rng: &mut StdRng) -> MentionKey {
         m.name = words.join(" ");
     } else if r < 0.8 && e.email.is_some() {
         // Another name, the same e-mail.
+        kind = "other name, same e-mail";
         m.name = format!("{}. {}", &e.first[..1], e.last);
     } else if e.chain.len() > 1 {
         // A shorter chain: typed at the parent only.
+        kind = "parent type only";
         m.chain.truncate(1);
         m.attributes = "{}".into();
     }
-    m
+    (m, kind)
 }
 
 fn nodes_schema() -> SchemaRef {
@@ -268,7 +296,7 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
 fn ensure_nodes(dir: &Path, seed: u64, nodes: usize) -> Result<f64, BenchError> {
     let started = Instant::now();
     let marker = dir.join("_complete");
-    let stamp = format!("seed={seed} nodes={nodes} format=1");
+    let stamp = format!("seed={seed} nodes={nodes} format=3");
     if std::fs::read_to_string(&marker).is_ok_and(|s| s == stamp) {
         return Ok(0.0);
     }
@@ -293,23 +321,28 @@ enum Truth {
     New(u64),
 }
 
-fn mentions(b: &ResolveBench) -> (Vec<MentionKey>, Vec<Truth>) {
+fn mentions(b: &ResolveBench) -> (Vec<MentionKey>, Vec<Truth>, Vec<&'static str>) {
     let mut rng = StdRng::seed_from_u64(b.seed ^ 0x00de_ad00_beef);
     let (mut out, mut truth) = (
         Vec::with_capacity(b.mentions),
         Vec::with_capacity(b.mentions),
     );
+    let mut kinds = Vec::with_capacity(b.mentions);
     let mut new_count: u64 = 0;
     let base = b.nodes as u64;
     for _ in 0..b.mentions {
         let r: f64 = rng.random();
         if r < b.existing_share && b.nodes > 0 {
             let x = rng.random_range(0..base);
-            out.push(variant(&entity(b.seed, x), &mut rng));
+            let (m, kind) = variant(&entity(b.seed, x), &mut rng);
+            out.push(m);
+            kinds.push(kind);
             truth.push(Truth::Existing(x as i64));
         } else if r < b.existing_share + b.repeat_share && new_count > 0 {
             let k = rng.random_range(0..new_count);
-            out.push(variant(&entity(b.seed, base + k), &mut rng));
+            let (m, kind) = variant(&entity(b.seed, base + k), &mut rng);
+            out.push(m);
+            kinds.push(kind);
             truth.push(Truth::New(k));
         } else {
             let e = entity(b.seed, base + new_count);
@@ -320,10 +353,11 @@ fn mentions(b: &ResolveBench) -> (Vec<MentionKey>, Vec<Truth>) {
                 attributes: attributes(&e),
             });
             truth.push(Truth::New(new_count));
+            kinds.push("new");
             new_count += 1;
         }
     }
-    (out, truth)
+    (out, truth, kinds)
 }
 
 /// Errors of the resolution bench.
@@ -366,6 +400,9 @@ pub struct ResolveReport {
     pub pair_merges: (u64, u64, u64),
     /// A few wrong merges into committed nodes, as "mention → node".
     pub wrong_samples: Vec<String>,
+    /// Mentions of committed nodes by how they were written: merged into
+    /// the right node / all.
+    pub by_variant: BTreeMap<&'static str, (u64, u64)>,
 }
 
 impl ResolveReport {
@@ -434,6 +471,12 @@ impl fmt::Display for ResolveReport {
             f,
             "  mention pairs:      {r} right of {m} made, {s} expected"
         )?;
+        let recall: Vec<String> = self
+            .by_variant
+            .iter()
+            .map(|(k, (r, n))| format!("{k} {:.3} ({r}/{n})", *r as f64 / (*n).max(1) as f64))
+            .collect();
+        writeln!(f, "  recall by variant: {}", recall.join(", "))?;
         for w in &self.wrong_samples {
             writeln!(f, "  wrong merge: {w}")?;
         }
@@ -468,7 +511,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     } else {
         0.0
     };
-    let (mentions, truth) = mentions(&b);
+    let (mentions, truth, kinds) = mentions(&b);
     let config = SessionConfig::new()
         .with_target_partitions(std::thread::available_parallelism().map_or(2, |n| n.get()));
     let ctx = SessionContext::new_with_config(config);
@@ -497,12 +540,16 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     // Merges to committed nodes.
     let mut node = (0u64, 0u64, 0u64);
     let mut wrong_samples = Vec::new();
+    let mut by_variant: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     for (k, t) in truth.iter().enumerate() {
         let got = resolved.committed[resolved.cluster_of[k]];
         if let Truth::Existing(x) = t {
             node.2 += 1;
+            let slot = by_variant.entry(kinds[k]).or_insert((0, 0));
+            slot.1 += 1;
             if got == Some(*x) {
                 node.0 += 1;
+                slot.0 += 1;
             }
         }
         if let Some(g) = got {
@@ -546,5 +593,6 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         node_merges: node,
         pair_merges: pair,
         wrong_samples,
+        by_variant,
     })
 }

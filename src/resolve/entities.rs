@@ -385,27 +385,6 @@ pub async fn candidates(
                 ),
             ));
         }
-        if spec.fuzzy {
-            // Only ids and band keys go through the big join; names and
-            // chains are joined back for the (far fewer) candidate pairs.
-            queries.push((
-                Kind::Fuzzy,
-                format!(
-                    "WITH p AS (SELECT mention_id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})), \
-                     t AS (SELECT target, unnest(name_bands(group_id, folded)) AS band FROM ({side})), \
-                     pairs AS (SELECT DISTINCT p.mention_id, t.target FROM p JOIN t ON p.band = t.band), \
-                     scored AS (SELECT pairs.mention_id, pairs.target, name_similarity(m.folded, s.folded) AS score, \
-                       s.name, s.labels, m.labels AS mention_labels, m.folded AS mf, s.folded AS sf, \
-                       identity_keys(s.type, s.attributes) AS ids \
-                       FROM pairs JOIN ({probe}) m ON m.mention_id = pairs.mention_id \
-                       JOIN ({side}) s ON s.target = pairs.target) \
-                     SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, ids FROM scored p \
-                     WHERE mf <> sf AND score >= {grey} AND chains_compatible(mention_labels, labels) {order}",
-                    grey = spec.grey_band_min,
-                    order = if is_mention { "AND p.mention_id < p.target" } else { "" }
-                ),
-            ));
-        }
         if spec.partial_names {
             // One-word mentions (at least two letters, no digits) probe the
             // first word of multi-word targets. The committed side is
@@ -449,10 +428,38 @@ pub async fn candidates(
             ));
         }
         for (kind, sql) in queries {
+            let started = std::time::Instant::now();
+            let before = out.len();
             let batches = ctx.sql(&sql).await?.collect().await?;
             for b in &batches {
                 decode_pairs(b, kind, is_mention, &mut out)?;
             }
+            tracing::debug!(
+                "{kind:?} candidates against {}: {} pairs in {:.2} s",
+                if is_mention { "mentions" } else { nodes },
+                out.len() - before,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        if spec.fuzzy {
+            let started = std::time::Instant::now();
+            let before = out.len();
+            let raw = if is_mention {
+                format!(
+                    "SELECT mention_id AS target, group_id, name, name_normalized, type, labels, attributes FROM {m}"
+                )
+            } else {
+                format!(
+                    "SELECT short_id AS target, group_id, name, name_normalized, type, labels, attributes FROM {nodes}"
+                )
+            };
+            fuzzy_pairs(ctx, &probe, &side, &raw, is_mention, spec, &mut out).await?;
+            tracing::debug!(
+                "Fuzzy candidates against {}: {} pairs in {:.2} s",
+                if is_mention { "mentions" } else { nodes },
+                out.len() - before,
+                started.elapsed().as_secs_f64()
+            );
         }
     }
     // Partitions finish in any order; the rules see one order, so a
@@ -463,6 +470,121 @@ pub async fn candidates(
             .then(b.score.total_cmp(&a.score))
     });
     Ok(out)
+}
+
+/// Registers `batches` as a table, split for parallel work.
+fn register_batches(
+    ctx: &SessionContext,
+    name: &str,
+    batches: Vec<RecordBatch>,
+) -> Result<(), DataFusionError> {
+    let schema = match batches.first() {
+        Some(b) => b.schema(),
+        None => Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("band", DataType::UInt64, true),
+        ])),
+    };
+    let parts = ctx.state().config().target_partitions().max(1);
+    let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
+    for (i, b) in batches.into_iter().enumerate() {
+        partitions[i % parts].push(b);
+    }
+    let _ = ctx.deregister_table(name);
+    ctx.register_table(
+        name,
+        Arc::new(datafusion::datasource::MemTable::try_new(
+            schema, partitions,
+        )?),
+    )?;
+    Ok(())
+}
+
+/// Fuzzy candidates. The band keys of the mentions are computed once and
+/// kept; the target side is scanned once, keeping only keys some mention
+/// has. Keys shared by more than `lsh_max_bucket` names are dropped (they
+/// come from common syllables and would pair everything in them with
+/// everything). Names, chains and scores are joined back only for the
+/// candidate pairs.
+async fn fuzzy_pairs(
+    ctx: &SessionContext,
+    probe: &str,
+    side: &str,
+    raw: &str,
+    is_mention: bool,
+    spec: &ResolveSpec,
+    out: &mut Vec<Pair>,
+) -> Result<(), DataFusionError> {
+    const PB: &str = "resolve_probe_bands";
+    const TB: &str = "resolve_target_bands";
+    let t0 = std::time::Instant::now();
+    let probe_bands = ctx
+        .sql(&format!(
+            "SELECT mention_id AS id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})"
+        ))
+        .await?
+        .collect()
+        .await?;
+    register_batches(ctx, PB, probe_bands)?;
+    tracing::debug!(
+        "fuzzy: probe band keys at {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let targets = if is_mention {
+        PB
+    } else {
+        let hits = ctx
+            .sql(&format!(
+                "SELECT x.target AS id, x.band FROM (SELECT DISTINCT band FROM {PB}) pb \
+                 JOIN (SELECT target, unnest(name_bands(group_id, folded)) AS band FROM ({side})) x \
+                 ON x.band = pb.band"
+            ))
+            .await?
+            .collect()
+            .await?;
+        register_batches(ctx, TB, hits)?;
+        tracing::debug!(
+            "fuzzy: target band keys at {:.2} s",
+            t0.elapsed().as_secs_f64()
+        );
+        TB
+    };
+    let counted = if is_mention {
+        format!("SELECT band FROM {PB}")
+    } else {
+        format!("SELECT band FROM {PB} UNION ALL SELECT band FROM {TB}")
+    };
+    let order = if is_mention {
+        "AND c.mention_id < c.target"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "WITH small AS (SELECT band FROM ({counted}) GROUP BY band HAVING count(*) <= {cap}), \
+         p AS (SELECT b.id, b.band FROM {PB} b JOIN small ON b.band = small.band), \
+         t AS (SELECT b.id, b.band FROM {targets} b JOIN small ON b.band = small.band), \
+         pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target FROM p JOIN t ON p.band = t.band \
+           WHERE p.id <> t.id OR {not_mention}), \
+         c AS (SELECT pairs.mention_id, pairs.target, s.name, s.labels, m.labels AS mention_labels, \
+           m.folded AS mf, fold_name(s.name_normalized) AS sf, s.type, s.attributes \
+           FROM pairs JOIN ({probe}) m ON m.mention_id = pairs.mention_id \
+           JOIN ({raw}) s ON s.target = pairs.target) \
+         SELECT mention_id, target, name_similarity(mf, sf) AS score, CAST(1 AS BIGINT) AS n, name, labels, \
+           identity_keys(type, attributes) AS ids FROM c \
+         WHERE mf <> sf AND name_similarity(mf, sf) >= {grey} \
+           AND chains_compatible(mention_labels, labels) {order}",
+        cap = spec.lsh_max_bucket,
+        grey = spec.grey_band_min,
+        not_mention = !is_mention,
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    tracing::debug!("fuzzy: scored pairs at {:.2} s", t0.elapsed().as_secs_f64());
+    for b in &batches {
+        decode_pairs(b, Kind::Fuzzy, is_mention, out)?;
+    }
+    let _ = ctx.deregister_table(PB);
+    let _ = ctx.deregister_table(TB);
+    Ok(())
 }
 
 fn decode_pairs(
@@ -683,9 +805,18 @@ impl Clusters {
     ///    starts; two or more (or one first word shared by several
     ///    committed nodes) leave it open.
     pub fn apply(&mut self, pairs: &[Pair], spec: &ResolveSpec) -> Vec<Ambiguity> {
+        let mut counts = [0usize; 4];
         for p in pairs {
-            let kind = format!("{:?}", p.kind).to_lowercase();
-            *self.stats.pairs.entry(kind).or_default() += 1;
+            counts[p.kind as usize] += 1;
+        }
+        for (kind, n) in [Kind::Identity, Kind::Name, Kind::Fuzzy, Kind::Partial]
+            .into_iter()
+            .zip(counts)
+        {
+            if n > 0 {
+                let name = format!("{kind:?}").to_lowercase();
+                *self.stats.pairs.entry(name).or_default() += n;
+            }
         }
         let mut by_mention: BTreeMap<usize, Vec<&Pair>> = BTreeMap::new();
         for p in pairs {
@@ -929,8 +1060,14 @@ pub async fn resolve_entities(
                 .unwrap_or_default()
         })
         .collect();
+    let started = std::time::Instant::now();
     let mut clusters = Clusters::new(chains, multiword, ids);
     let open = clusters.apply(&pairs, spec);
+    tracing::debug!(
+        "rules over {} pairs: {:.2} s",
+        pairs.len(),
+        started.elapsed().as_secs_f64()
+    );
     let _ = ctx.deregister_table(MENTIONS_TABLE);
     Ok((clusters, open))
 }

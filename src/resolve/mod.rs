@@ -299,6 +299,10 @@ pub struct ResolveSpec {
     pub lsh_bands: usize,
     /// Rows (MinHash functions) per LSH band.
     pub lsh_rows: usize,
+    /// Band keys shared by more names than this are skipped: such a key
+    /// says little (short, common syllables) and would pair everything in
+    /// it with everything; true duplicates still meet in other bands.
+    pub lsh_max_bucket: usize,
     /// A one-word name ("Sarah") merges into the only compatible
     /// multi-word name starting with that word ("Sarah Brown"); with two
     /// or more such names it is ambiguous.
@@ -339,8 +343,9 @@ impl Default for ResolveSpec {
             fuzzy: true,
             fuzzy_merge_threshold: 0.85,
             grey_band_min: 0.6,
-            lsh_bands: 8,
-            lsh_rows: 4,
+            lsh_bands: 10,
+            lsh_rows: 6,
+            lsh_max_bucket: 64,
             partial_names: true,
             adjudicate: true,
             adjudication_batch_size: 10,
@@ -378,6 +383,12 @@ impl ResolveSpec {
             self.duplicate_fact_similarity,
             &mut out,
         );
+        if self.lsh_max_bucket < 2 {
+            out.push((
+                "resolve.lsh_max_bucket".into(),
+                format!("must be at least 2, got {}", self.lsh_max_bucket),
+            ));
+        }
         if self.grey_band_min > self.fuzzy_merge_threshold {
             out.push((
                 "resolve.grey_band_min".into(),
