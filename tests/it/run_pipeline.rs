@@ -29,6 +29,8 @@ this line is broken
 fn entities_for(text: &str) -> Value {
     let list = if text.contains("Brightline System shipped") {
         json!([{"name": "Brightline System", "type": "Company", "attributes": []}])
+    } else if text.contains("Brightline Sys. invoiced") {
+        json!([{"name": "Brightline Systemz", "type": "Company", "attributes": []}])
     } else if text.contains("Order number PO-1 from the spring") {
         json!([{"name": "Spring order", "type": "Contract", "attributes": []}])
     } else if text.contains("Priya Raman works full time for Acme Corp") {
@@ -60,7 +62,9 @@ fn entities_for(text: &str) -> Value {
 }
 
 fn facts_for(text: &str) -> Value {
-    let list = if text.contains("Brightline System shipped") {
+    let list = if text.contains("Brightline System shipped")
+        || text.contains("Brightline Sys. invoiced")
+    {
         json!([])
     } else if text.contains("Priya Raman works full time for Acme Corp") {
         json!([{"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Acme Corp.", "valid_at": "2021-09-01", "invalid_at": null}])
@@ -128,6 +132,11 @@ fn responder(
                 system.contains("is a fact"),
                 po_is_plain.load(Ordering::SeqCst),
             ))
+        } else if system.contains("You resolve entity mentions")
+            && user.contains("\"Brightline Systemz\"")
+        {
+            // The server breaks on this batch: the mention must stay apart.
+            Reply::Fault(Fault::ServerError(500))
         } else if system.contains("You resolve entity mentions") {
             // Every mention is its first candidate.
             let n = user.matches("\nMention ").count();
@@ -859,4 +868,38 @@ async fn a_run_killed_after_any_commit_and_rerun_ends_with_the_uninterrupted_gra
             "killed after committing `{table}`, then re-run"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_adjudication_call_keeps_the_mention_apart_and_is_recorded() {
+    let f = fixture(|_| {}).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str("{\"id\": \"e11\", \"content\": \"Brightline Sys. invoiced the order.\", \"kind\": \"message\", \"reference_time\": \"2025-04-02T10:00:00Z\"}\n");
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(
+        (report.ambiguous_entities, report.adjudicated_merges),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(brightline(&f.store).await.len(), 2, "kept apart");
+    let failures = query(
+        &f.store,
+        "SELECT item, reason FROM failures WHERE stage = 'adjudicate'",
+    )
+    .await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    // The item is the mention asked about (either of the two names).
+    assert!(
+        failures[0]["item"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("Brightline System")),
+        "{failures:?}"
+    );
+    assert!(
+        failures[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("stays separate")),
+        "{failures:?}"
+    );
 }
