@@ -721,6 +721,25 @@ fn unknown_keys_are_rejected_by_name() {
 }
 
 #[test]
+fn resolve_settings_are_checked_by_key() {
+    let error = spec_error("[resolve]\ngrey_band_min = 0.9\nfuzzy_merge_threshold = 0.8\n");
+    assert_mentions(&error, &["resolve.grey_band_min", "fuzzy_merge_threshold"]);
+    let error = spec_error("[resolve]\nlsh_bands = 0\n");
+    assert_mentions(&error, &["resolve.lsh_bands"]);
+    let error = spec_error("[resolve]\nduplicate_fact_similarity = 1.5\n");
+    assert_mentions(
+        &error,
+        &["resolve.duplicate_fact_similarity", "between 0 and 1"],
+    );
+    let error = spec_error("[resolve]\nadjudcate = false\n");
+    assert_mentions(&error, &["adjudcate"]);
+    let ok = spec("[resolve]\nadjudicate = false\ncorporate_suffixes = [\"kg\"]\n");
+    assert!(!ok.resolve.adjudicate);
+    assert_eq!(ok.resolve.corporate_suffixes, vec!["kg".to_string()]);
+    assert!(ok.resolve.fuzzy, "unset keys keep their defaults");
+}
+
+#[test]
 fn unknown_property_type_names_the_allowed_kinds() {
     let error = spec_error(&entity_with(
         "Person",
