@@ -4,7 +4,7 @@
 //! `episodes` and the graph, or in `failures` with its reason (and is
 //! retried by the next run, since it is not in `episodes`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,19 +13,15 @@ use arrow::datatypes::{DataType, Field, Schema};
 use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
-use serde_json::{Map, Value};
 
 use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
 use crate::llm::plan::StagePlan;
 use crate::llm::{CacheMode, LlmClient, LlmError, ResponseCache};
 use crate::ontology::Ontology;
-use crate::resolve::entities::{MentionKey, resolve_entities};
-use crate::resolve::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
-use crate::resolve::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
-use crate::resolve::normalize_name;
+use crate::resolve::stage::{RunFact, RunMention, StageContext, StageError};
 use crate::source::{self, Episode, SourceError};
 use crate::spec::PipelineSpec;
-use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeRow};
+use crate::store::rows::{self, EpisodeRow, FailureRow};
 use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
 
 /// Errors that stop a run (bad items are `failures` rows instead).
@@ -51,6 +47,9 @@ pub enum RunError {
     /// A query over the committed graph failed.
     #[error(transparent)]
     DataFusion(#[from] datafusion::error::DataFusionError),
+    /// Resolution failed.
+    #[error(transparent)]
+    Resolve(#[from] StageError),
 }
 
 /// Options of one run.
@@ -313,282 +312,6 @@ pub fn plan(
         });
     }
     stages
-}
-
-/// Registers `ids` as a one-column table `name(column)`, for semi-joins.
-fn register_ids<T: Into<ArrayRefOf>>(
-    ctx: &SessionContext,
-    name: &str,
-    column: &str,
-    ids: T,
-) -> Result<(), RunError> {
-    let array = ids.into().0;
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        column,
-        array.data_type().clone(),
-        false,
-    )]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![array])
-        .map_err(datafusion::error::DataFusionError::from)?;
-    let _ = ctx.deregister_table(name);
-    ctx.register_table(
-        name,
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?),
-    )?;
-    Ok(())
-}
-
-/// A column for [`register_ids`].
-struct ArrayRefOf(arrow::array::ArrayRef);
-
-impl From<Vec<i64>> for ArrayRefOf {
-    fn from(v: Vec<i64>) -> Self {
-        ArrayRefOf(Arc::new(arrow::array::Int64Array::from(v)))
-    }
-}
-
-impl From<Vec<String>> for ArrayRefOf {
-    fn from(v: Vec<String>) -> Self {
-        ArrayRefOf(Arc::new(StringArray::from(v)))
-    }
-}
-
-/// The committed nodes with these short ids (a semi-join).
-async fn committed_nodes(
-    ctx: &SessionContext,
-    short_ids: Vec<i64>,
-) -> Result<HashMap<i64, NodeRow>, RunError> {
-    if short_ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    register_ids(ctx, "run_node_ids", "short_id", short_ids)?;
-    let batches = ctx
-        .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_node_ids i ON n.short_id = i.short_id")
-        .await?
-        .collect()
-        .await?;
-    let rows: Vec<NodeRow> = rows::from_batches(Table::Nodes, &batches)?;
-    Ok(rows.into_iter().map(|n| (n.short_id, n)).collect())
-}
-
-/// Builds one node from the mentions of a cluster, taken in episode
-/// (reference-time) order: the fullest name (most words, first seen on a
-/// tie), the longest chain, attributes of mentions typed with that chain
-/// with newer values winning, and every episode id.
-fn node_from_mentions(
-    members: &[&Mention],
-    group_id: &str,
-    now: chrono::DateTime<Utc>,
-    run_id: &str,
-) -> (NodeRow, Vec<String>) {
-    let chain = members
-        .iter()
-        .map(|m| &m.chain)
-        .max_by_key(|c| c.len())
-        .cloned()
-        .unwrap_or_default();
-    let mut name = members[0].name.clone();
-    for m in members {
-        if m.name.split_whitespace().count() > name.split_whitespace().count() {
-            name = m.name.clone();
-        }
-    }
-    let mut attributes = Map::new();
-    let mut episode_ids: Vec<String> = Vec::new();
-    for m in members {
-        if m.chain == chain {
-            for (k, v) in &m.attributes {
-                attributes.insert(k.clone(), v.clone());
-            }
-        }
-        if !episode_ids.contains(&m.episode_id) {
-            episode_ids.push(m.episode_id.clone());
-        }
-    }
-    let row = NodeRow {
-        node_id: uuid::Uuid::now_v7().to_string(),
-        short_id: 0,
-        group_id: group_id.to_string(),
-        name_normalized: normalize_name(&name),
-        name,
-        node_type: String::new(),
-        labels: Vec::new(),
-        summary: None,
-        attributes: Value::Object(attributes).to_string(),
-        episode_ids,
-        created_at: now,
-        updated_at: now,
-        rank: 0,
-        name_embedding: None,
-        origin: "extract".into(),
-        run_id: run_id.to_string(),
-    };
-    (row, chain)
-}
-
-/// The unexpired committed edges whose source is a source of `edges`
-/// (a DataFusion semi-join against `edges`).
-async fn committed_edges_of(
-    ctx: &SessionContext,
-    edges: &[EdgeRow],
-) -> Result<Vec<EdgeRow>, RunError> {
-    if edges.is_empty() {
-        return Ok(Vec::new());
-    }
-    let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
-    let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
-    register_ids(ctx, "run_sources", "node_id", sources)?;
-    let batches = ctx
-        .sql(
-            "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id \
-             WHERE e.expired_at IS NULL",
-        )
-        .await?
-        .collect()
-        .await?;
-    Ok(rows::from_batches(Table::Edges, &batches)?)
-}
-
-/// Folds what this run learnt about a node into its committed row: the
-/// longer chain wins (with the attributes of its last type), equal chains
-/// overlay the new attributes on the old (newer values win), episode ids
-/// and degree add up. The name, id, short id and origin stay.
-fn merge_into(
-    mut existing: NodeRow,
-    draft: NodeRow,
-    chain: &[String],
-    now: chrono::DateTime<Utc>,
-    run_id: &str,
-    ontology: &Ontology,
-) -> NodeRow {
-    let old_chain: Vec<String> = existing.labels.get(1..).unwrap_or_default().to_vec();
-    if chain.len() > old_chain.len() {
-        existing.node_type = draft.node_type.clone();
-        existing.labels = ontology
-            .labels_for(&existing.node_type)
-            .unwrap_or(draft.labels.clone());
-        existing.attributes = draft.attributes.clone();
-    } else if chain == old_chain.as_slice() {
-        let mut attrs: Map<String, Value> =
-            serde_json::from_str(&existing.attributes).unwrap_or_default();
-        let new: Map<String, Value> = serde_json::from_str(&draft.attributes).unwrap_or_default();
-        attrs.extend(new);
-        existing.attributes = Value::Object(attrs).to_string();
-    }
-    for e in draft.episode_ids {
-        if !existing.episode_ids.contains(&e) {
-            existing.episode_ids.push(e);
-        }
-    }
-    existing.rank += draft.rank;
-    existing.updated_at = now;
-    existing.run_id = run_id.to_string();
-    existing
-}
-
-fn judge_row(f: &JudgeFailure, run_id: &str, now: chrono::DateTime<Utc>) -> FailureRow {
-    FailureRow {
-        failure_id: uuid::Uuid::now_v7().to_string(),
-        run_id: run_id.to_string(),
-        stage: f.stage.to_string(),
-        item: f.item.clone(),
-        source_uri: None,
-        line: None,
-        episode_id: None,
-        reason: f.reason.clone(),
-        excerpt: None,
-        created_at: now,
-    }
-}
-
-/// Brings the summaries of `nodes` touched by `new_edges` up to date.
-async fn summarize(
-    client: &LlmClient,
-    rs: &crate::resolve::ResolveSpec,
-    concurrency: usize,
-    nodes: &mut [NodeRow],
-    new_edges: &[EdgeRow],
-) -> Vec<JudgeFailure> {
-    let mut facts_of: HashMap<&str, Vec<String>> = HashMap::new();
-    for e in new_edges {
-        for id in [&e.source_node_id, &e.target_node_id] {
-            facts_of
-                .entry(id.as_str())
-                .or_default()
-                .push(e.fact.clone());
-        }
-    }
-    let touched: Vec<usize> = (0..nodes.len())
-        .filter(|&i| facts_of.contains_key(nodes[i].node_id.as_str()))
-        .collect();
-    if touched.is_empty() {
-        return Vec::new();
-    }
-    let cases: Vec<SummaryCase> = touched
-        .iter()
-        .map(|&i| SummaryCase {
-            name: nodes[i].name.clone(),
-            chain: nodes[i].labels.get(1..).unwrap_or_default().to_vec(),
-            summary: nodes[i].summary.clone(),
-            facts: facts_of[nodes[i].node_id.as_str()].clone(),
-        })
-        .collect();
-    let (done, failures) =
-        crate::resolve::judge::summaries(client, rs.summary_batch_size, concurrency, &cases).await;
-    for (case, text) in done {
-        nodes[touched[case]].summary = Some(text);
-    }
-    failures
-}
-
-/// Embeds names of nodes without an embedding and the text of new facts.
-async fn embed(
-    client: &LlmClient,
-    nodes: &mut [NodeRow],
-    new_edges: &mut [EdgeRow],
-    run_id: &str,
-    now: chrono::DateTime<Utc>,
-) -> Vec<FailureRow> {
-    let mut failures = Vec::new();
-    let todo: Vec<usize> = (0..nodes.len())
-        .filter(|&i| nodes[i].name_embedding.is_none())
-        .collect();
-    let names: Vec<String> = todo.iter().map(|&i| nodes[i].name.clone()).collect();
-    let texts: Vec<String> = new_edges.iter().map(|e| e.fact.clone()).collect();
-    for (stage, inputs) in [("embed_names", names), ("embed_facts", texts)] {
-        if inputs.is_empty() {
-            continue;
-        }
-        match client.embed(stage, &inputs).await {
-            Ok(vectors) if stage == "embed_names" => {
-                for (&i, v) in todo.iter().zip(vectors) {
-                    nodes[i].name_embedding = Some(v);
-                }
-            }
-            Ok(vectors) => {
-                for (e, v) in new_edges.iter_mut().zip(vectors) {
-                    e.fact_embedding = Some(v);
-                }
-            }
-            Err(e) => failures.push(judge_row(
-                &JudgeFailure {
-                    stage: if stage == "embed_names" {
-                        "embed_names"
-                    } else {
-                        "embed_facts"
-                    },
-                    item: format!("{} texts", inputs.len()),
-                    reason: format!("embedding call failed, stored without embeddings: {e}"),
-                },
-                run_id,
-                now,
-            )),
-        }
-    }
-    failures
 }
 
 /// Runs the pipeline.
@@ -884,246 +607,61 @@ async fn execute(
             })
             .unwrap_or(0)
     };
-    // 6. Entity resolution: this run's mentions against each other and
-    // the committed nodes (DataFusion joins, then the merge rules), with
-    // what stays ambiguous adjudicated by the LLM in batches.
-    let mut keys: Vec<MentionKey> = Vec::new();
-    let mut key_mention: Vec<usize> = Vec::new();
+    // 6. Resolution: this run's mentions and facts against each other and
+    // the committed graph (module `resolve::stage`).
+    let mut run_mentions: Vec<RunMention> = Vec::new();
+    let mut index_of_mention: HashMap<usize, usize> = HashMap::new();
     for &i in &succeeded {
         let Some(&(a, b)) = mention_range.get(&i) else {
             continue;
         };
         for (k, m) in mentions[a..b].iter().enumerate() {
-            keys.push(MentionKey {
-                group_id: all[i].group_id.clone(),
-                name: m.name.clone(),
-                chain: m.chain.clone(),
-                attributes: Value::Object(m.attributes.clone()).to_string(),
+            index_of_mention.insert(a + k, run_mentions.len());
+            run_mentions.push(RunMention {
+                group_id: &all[i].group_id,
+                mention: m,
             });
-            key_mention.push(a + k);
         }
     }
-    let identity: BTreeMap<String, Vec<String>> = ontology
-        .entity_types
-        .values()
-        .filter(|t| !t.identity_properties.is_empty())
-        .map(|t| (t.name.clone(), t.identity_properties.clone()))
-        .collect();
-    let rs = &spec.resolve;
-    let (mut clusters, open) =
-        resolve_entities(&ctx, Table::Nodes.name(), &keys, rs, &identity).await?;
-    report.ambiguous_entities = open.len();
-    if !open.is_empty() && rs.adjudicate {
-        let cases: Vec<AdjudicationCase> = open
-            .iter()
-            .map(|o| {
-                let m = &mentions[key_mention[o.mention]];
-                AdjudicationCase {
-                    name: m.name.clone(),
-                    chain: m.chain.clone(),
-                    context: m.context.chars().take(300).collect(),
-                    options: o
-                        .options
-                        .iter()
-                        .take(rs.max_candidates)
-                        .map(|p| (p.name.clone(), p.chain.clone()))
-                        .collect(),
-                }
-            })
-            .collect();
-        let (chosen, fails) = crate::resolve::judge::adjudicate(
-            &client,
-            rs.adjudication_batch_size,
-            concurrency,
-            &cases,
-        )
-        .await;
-        for (case, option) in chosen {
-            let o = &open[case];
-            if clusters.link(o.mention, &o.options[option]) {
-                report.adjudicated_merges += 1;
-            }
-        }
-        failures.extend(fails.iter().map(|f| judge_row(f, &run_id, now)));
-    }
-    let resolved = clusters.finish();
-    let committed =
-        committed_nodes(&ctx, resolved.committed.iter().flatten().copied().collect()).await?;
-    let mut members: Vec<Vec<&Mention>> = vec![Vec::new(); resolved.committed.len()];
-    let mut group_of: Vec<&str> = vec![""; resolved.committed.len()];
-    for (k, &c) in resolved.cluster_of.iter().enumerate() {
-        members[c].push(&mentions[key_mention[k]]);
-        group_of[c] = &keys[k].group_id;
-    }
-    let mut drafts: Vec<(NodeRow, Vec<String>)> = members
-        .iter()
-        .enumerate()
-        .map(|(c, list)| {
-            let (mut row, chain) = node_from_mentions(list, group_of[c], now, &run_id);
-            if let Some(existing) = resolved.committed[c].and_then(|id| committed.get(&id)) {
-                row.node_id = existing.node_id.clone();
-            }
-            (row, chain)
-        })
-        .collect();
-    let mut node_of_mention: HashMap<usize, usize> = HashMap::new();
-    for (k, &c) in resolved.cluster_of.iter().enumerate() {
-        node_of_mention.insert(key_mention[k], c);
-    }
-    let succeeded_set: HashSet<usize> = succeeded.iter().copied().collect();
-    let mut edges: Vec<EdgeRow> = Vec::new();
+    let mut run_facts: Vec<RunFact> = Vec::new();
     for (f, owner) in facts.iter().zip(&fact_owner) {
-        if !succeeded_set.contains(owner) {
-            continue;
-        }
-        let (a, _) = mention_range[owner];
-        let (Some(&s), Some(&t)) = (
-            node_of_mention.get(&(a + f.source)),
-            node_of_mention.get(&(a + f.target)),
-        ) else {
+        let Some(&(a, _)) = mention_range.get(owner) else {
             continue;
         };
-        // Duplicates, also across episodes of this run, are folded by
-        // fact resolution below.
-        edges.push(EdgeRow {
-            edge_id: uuid::Uuid::now_v7().to_string(),
-            group_id: drafts[s].0.group_id.clone(),
-            source_node_id: drafts[s].0.node_id.clone(),
-            target_node_id: drafts[t].0.node_id.clone(),
-            relation_type: f.relation_type().to_string(),
-            fact: f.fact.clone(),
-            attributes: "{}".into(),
-            episode_ids: vec![f.episode_id.clone()],
-            valid_at: f.valid_at,
-            invalid_at: f.invalid_at,
-            created_at: now,
-            expired_at: None,
-            fact_embedding: None,
-            origin: "extract".into(),
-            run_id: run_id.clone(),
-        });
-    }
-    // Fact resolution: duplicates fold into one edge, and within functional
-    // families a newer fact invalidates an older one, against this run's
-    // edges and the committed edges of the same source nodes.
-    let mut committed_edges = committed_edges_of(&ctx, &edges).await?;
-    let family = |r: &str| -> String {
-        ontology
-            .edge_tree
-            .chain(r)
-            .and_then(|c| c.first().cloned())
-            .unwrap_or_else(|| r.to_string())
-    };
-    let functional = &rs.functional_edge_types;
-    let mut facts = crate::resolve::resolve_facts(
-        &mut edges,
-        &mut committed_edges,
-        functional,
-        &family,
-        rs.duplicate_fact_similarity,
-        now,
-    );
-    // Other contradictions are for the LLM to judge, in batches.
-    if rs.judge_contradictions {
-        let open = contradiction_candidates(
-            &edges,
-            &committed_edges,
-            functional,
-            &family,
-            rs.max_candidates,
-        );
-        if !open.is_empty() {
-            let text = |r: &EdgeRef| match *r {
-                EdgeRef::Committed(j) => committed_edges[j].fact.clone(),
-                EdgeRef::New(j) => edges[j].fact.clone(),
-            };
-            let cases: Vec<ContradictionCase> = open
-                .iter()
-                .map(|(i, others)| ContradictionCase {
-                    fact: edges[*i].fact.clone(),
-                    existing: others.iter().map(text).collect(),
-                })
-                .collect();
-            let (verdicts, fails) = crate::resolve::judge::contradictions(
-                &client,
-                rs.contradiction_batch_size,
-                concurrency,
-                &cases,
-            )
-            .await;
-            let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
-            for (case, picked) in verdicts {
-                let (i, others) = &open[case];
-                pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
-            }
-            pairs.sort();
-            apply_contradictions(&mut edges, &mut committed_edges, &pairs, now, &mut facts);
-            failures.extend(fails.iter().map(|f| judge_row(f, &run_id, now)));
+        if let (Some(&source), Some(&target)) = (
+            index_of_mention.get(&(a + f.source)),
+            index_of_mention.get(&(a + f.target)),
+        ) {
+            run_facts.push(RunFact {
+                source,
+                target,
+                fact: f,
+            });
         }
     }
-    report.duplicate_facts = facts.duplicates;
-    report.invalidated_facts = facts.invalidated;
-    // Degrees count the edges that stay.
-    let mut degree: HashMap<String, i64> = HashMap::new();
-    for e in &edges {
-        *degree.entry(e.source_node_id.clone()).or_default() += 1;
-        *degree.entry(e.target_node_id.clone()).or_default() += 1;
-    }
-    for (row, _) in drafts.iter_mut() {
-        row.rank += degree.remove(&row.node_id).unwrap_or(0);
-    }
-    let edges_added = edges.len();
-    let changed_edges = facts.changed_committed.len();
-
-    let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
-    let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
-    let mut next_short_id = base_short_id;
-    for (c, (mut row, chain)) in drafts.into_iter().enumerate() {
-        row.node_type = chain
-            .last()
-            .cloned()
-            .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
-        row.labels = ontology
-            .labels_for(&row.node_type)
-            .unwrap_or_else(|| vec![crate::ontology::ENTITY_LABEL.into()]);
-        match resolved.committed[c].and_then(|id| committed.get(&id)) {
-            Some(existing) => {
-                let base = updated
-                    .remove(&existing.node_id)
-                    .unwrap_or_else(|| existing.clone());
-                updated.insert(
-                    existing.node_id.clone(),
-                    merge_into(base, row, &chain, now, &run_id, ontology),
-                );
-            }
-            None => {
-                next_short_id += 1;
-                row.short_id = next_short_id;
-                nodes.push(row);
-            }
-        }
-    }
-    let nodes_added = nodes.len();
-    let updated_ids: Vec<String> = updated.keys().cloned().collect();
-    nodes.extend(updated.into_values());
-    // Optional stages: summaries of the nodes this run's facts touch, and
-    // embeddings of new names and facts.
-    if rs.summaries {
-        failures.extend(
-            summarize(&client, rs, concurrency, &mut nodes, &edges[..edges_added])
-                .await
-                .iter()
-                .map(|f| judge_row(f, &run_id, now)),
-        );
-    }
-    if rs.embeddings {
-        failures.extend(embed(&client, &mut nodes, &mut edges[..edges_added], &run_id, now).await);
-    }
-    edges.extend(
-        committed_edges
-            .into_iter()
-            .filter(|e| facts.changed_committed.contains(&e.edge_id)),
-    );
+    let resolved = crate::resolve::stage::resolve_run(
+        &StageContext {
+            ctx: &ctx,
+            client: &client,
+            ontology,
+            spec: &spec.resolve,
+            concurrency,
+            run_id: &run_id,
+            now,
+            base_short_id,
+        },
+        &run_mentions,
+        &run_facts,
+    )
+    .await?;
+    failures.extend(resolved.failures);
+    report.ambiguous_entities = resolved.ambiguous;
+    report.adjudicated_merges = resolved.adjudicated;
+    report.duplicate_facts = resolved.duplicates;
+    report.invalidated_facts = resolved.invalidated;
+    let (nodes, edges) = (resolved.nodes, resolved.edges);
+    let (nodes_added, edges_added) = (resolved.nodes_added, resolved.edges_added);
+    let (updated_ids, changed_edges) = (resolved.updated_node_ids, resolved.changed_edges);
     let labels = rows::node_label_rows(&nodes);
     let episodes: Vec<EpisodeRow> = succeeded
         .iter()

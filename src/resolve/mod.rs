@@ -6,7 +6,9 @@
 //!   them into clusters under the merge rules;
 //! * [`judge`] asks the LLM, in batches, about what the rules leave open
 //!   (ambiguous entities, contradicting facts);
-//! * [`facts`] folds duplicate facts and invalidates contradicted ones.
+//! * [`facts`] folds duplicate facts and invalidates contradicted ones;
+//! * [`stage`] puts them together for a run, from classified mentions and
+//!   facts to node and edge rows.
 //!
 //! This file holds the pieces they share: name normalisation,
 //! corporate-suffix folding, character shingles with MinHash/LSH band keys
@@ -15,6 +17,7 @@
 pub mod entities;
 pub mod facts;
 pub mod judge;
+pub mod stage;
 
 pub use facts::{FactResolution, resolve_facts};
 

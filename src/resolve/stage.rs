@@ -1,0 +1,632 @@
+//! The resolve stage of a run: from the classified mentions and facts of
+//! the committed episodes to node and edge rows. Entities go through
+//! [`super::entities`] (DataFusion joins, merge rules) and batched LLM
+//! adjudication; facts through [`super::facts`] (duplicates, functional
+//! invalidation) and batched contradiction calls; then, when asked for,
+//! summaries and embeddings. Committed nodes and edges that change come
+//! back with their ids, for an in-place update.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{Field, Schema};
+use chrono::Utc;
+use datafusion::prelude::SessionContext;
+use serde_json::{Map, Value};
+
+use super::entities::{MentionKey, resolve_entities};
+use super::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
+use super::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
+use super::{ResolveSpec, normalize_name};
+use crate::extract::{FactMention, Mention};
+use crate::llm::LlmClient;
+use crate::ontology::Ontology;
+use crate::store::rows::{self, EdgeRow, FailureRow, NodeRow};
+use crate::store::{StoreError, Table};
+
+/// Errors that stop resolution (unsettled items are `failures` rows).
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// A query over the committed graph failed.
+    #[error("resolution: {0}")]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+    /// Committed rows could not be read.
+    #[error("resolution: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What the stage works with.
+pub struct StageContext<'a> {
+    /// A context with the committed tables registered.
+    pub ctx: &'a SessionContext,
+    /// The run's LLM client (adjudication, contradictions, summaries).
+    pub client: &'a LlmClient,
+    /// The ontology in effect.
+    pub ontology: &'a Ontology,
+    /// `[resolve]` settings.
+    pub spec: &'a ResolveSpec,
+    /// LLM calls in flight at once.
+    pub concurrency: usize,
+    /// The run writing the rows.
+    pub run_id: &'a str,
+    /// The run's time (`created_at`, `expired_at`).
+    pub now: chrono::DateTime<Utc>,
+    /// The largest committed `short_id`; new nodes count on from it.
+    pub base_short_id: i64,
+}
+
+/// A mention of a committed episode, in reference-time order.
+pub struct RunMention<'a> {
+    /// The episode's group.
+    pub group_id: &'a str,
+    /// The classified mention.
+    pub mention: &'a Mention,
+}
+
+/// A fact between two of the run's mentions (indices into them).
+pub struct RunFact<'a> {
+    /// Source mention.
+    pub source: usize,
+    /// Target mention.
+    pub target: usize,
+    /// The classified fact.
+    pub fact: &'a FactMention,
+}
+
+/// Rows and counts of the stage.
+#[derive(Debug, Default)]
+pub struct StageOutput {
+    /// New nodes, then updated committed nodes.
+    pub nodes: Vec<NodeRow>,
+    /// How many of `nodes` are new.
+    pub nodes_added: usize,
+    /// Ids of the updated committed nodes.
+    pub updated_node_ids: Vec<String>,
+    /// New edges, then changed committed edges.
+    pub edges: Vec<EdgeRow>,
+    /// How many of `edges` are new.
+    pub edges_added: usize,
+    /// How many committed edges changed.
+    pub changed_edges: usize,
+    /// Items resolution could not settle.
+    pub failures: Vec<FailureRow>,
+    /// Mentions the rules left open.
+    pub ambiguous: usize,
+    /// Of those, merged on adjudication.
+    pub adjudicated: usize,
+    /// Facts folded into another.
+    pub duplicates: usize,
+    /// Facts invalidated.
+    pub invalidated: usize,
+}
+
+/// Resolves the run's mentions and facts; see the module docs.
+pub async fn resolve_run(
+    cx: &StageContext<'_>,
+    mentions: &[RunMention<'_>],
+    facts: &[RunFact<'_>],
+) -> Result<StageOutput, StageError> {
+    let mut out = StageOutput::default();
+    // Entities: DataFusion candidate joins and the merge rules, then
+    // what stays ambiguous adjudicated by the LLM in batches.
+    let keys: Vec<MentionKey> = mentions
+        .iter()
+        .map(|m| MentionKey {
+            group_id: m.group_id.to_string(),
+            name: m.mention.name.clone(),
+            chain: m.mention.chain.clone(),
+            attributes: Value::Object(m.mention.attributes.clone()).to_string(),
+        })
+        .collect();
+    let identity: BTreeMap<String, Vec<String>> = cx
+        .ontology
+        .entity_types
+        .values()
+        .filter(|t| !t.identity_properties.is_empty())
+        .map(|t| (t.name.clone(), t.identity_properties.clone()))
+        .collect();
+    let rs = cx.spec;
+    let (mut clusters, open) =
+        resolve_entities(cx.ctx, Table::Nodes.name(), &keys, rs, &identity).await?;
+    out.ambiguous = open.len();
+    if !open.is_empty() && rs.adjudicate {
+        let cases: Vec<AdjudicationCase> = open
+            .iter()
+            .map(|o| {
+                let m = mentions[o.mention].mention;
+                AdjudicationCase {
+                    name: m.name.clone(),
+                    chain: m.chain.clone(),
+                    context: m.context.chars().take(300).collect(),
+                    options: o
+                        .options
+                        .iter()
+                        .take(rs.max_candidates)
+                        .map(|p| (p.name.clone(), p.chain.clone()))
+                        .collect(),
+                }
+            })
+            .collect();
+        let (chosen, fails) = crate::resolve::judge::adjudicate(
+            cx.client,
+            rs.adjudication_batch_size,
+            cx.concurrency,
+            &cases,
+        )
+        .await;
+        for (case, option) in chosen {
+            let o = &open[case];
+            if clusters.link(o.mention, &o.options[option]) {
+                out.adjudicated += 1;
+            }
+        }
+        out.failures
+            .extend(fails.iter().map(|f| judge_row(f, cx.run_id, cx.now)));
+    }
+    let resolved = clusters.finish();
+    let committed = committed_nodes(
+        cx.ctx,
+        resolved.committed.iter().flatten().copied().collect(),
+    )
+    .await?;
+    let mut members: Vec<Vec<&Mention>> = vec![Vec::new(); resolved.committed.len()];
+    let mut group_of: Vec<&str> = vec![""; resolved.committed.len()];
+    for (k, &c) in resolved.cluster_of.iter().enumerate() {
+        members[c].push(mentions[k].mention);
+        group_of[c] = mentions[k].group_id;
+    }
+    let mut drafts: Vec<(NodeRow, Vec<String>)> = members
+        .iter()
+        .enumerate()
+        .map(|(c, list)| {
+            let (mut row, chain) = node_from_mentions(list, group_of[c], cx.now, cx.run_id);
+            if let Some(existing) = resolved.committed[c].and_then(|id| committed.get(&id)) {
+                row.node_id = existing.node_id.clone();
+            }
+            (row, chain)
+        })
+        .collect();
+    let mut edges: Vec<EdgeRow> = Vec::new();
+    for f in facts {
+        let (s, t) = (resolved.cluster_of[f.source], resolved.cluster_of[f.target]);
+        let f = f.fact;
+        // Duplicates, also across episodes of this run, are folded by
+        // fact resolution below.
+        edges.push(EdgeRow {
+            edge_id: uuid::Uuid::now_v7().to_string(),
+            group_id: drafts[s].0.group_id.clone(),
+            source_node_id: drafts[s].0.node_id.clone(),
+            target_node_id: drafts[t].0.node_id.clone(),
+            relation_type: f.relation_type().to_string(),
+            fact: f.fact.clone(),
+            attributes: "{}".into(),
+            episode_ids: vec![f.episode_id.clone()],
+            valid_at: f.valid_at,
+            invalid_at: f.invalid_at,
+            created_at: cx.now,
+            expired_at: None,
+            fact_embedding: None,
+            origin: "extract".into(),
+            run_id: cx.run_id.to_string(),
+        });
+    }
+    // Fact resolution: duplicates fold into one edge, and within functional
+    // families a newer fact invalidates an older one, against this run's
+    // edges and the committed edges of the same source nodes.
+    let mut committed_edges = committed_edges_of(cx.ctx, &edges).await?;
+    let family = |r: &str| -> String {
+        cx.ontology
+            .edge_tree
+            .chain(r)
+            .and_then(|c| c.first().cloned())
+            .unwrap_or_else(|| r.to_string())
+    };
+    let functional = &rs.functional_edge_types;
+    let mut facts = crate::resolve::resolve_facts(
+        &mut edges,
+        &mut committed_edges,
+        functional,
+        &family,
+        rs.duplicate_fact_similarity,
+        cx.now,
+    );
+    // Other contradictions are for the LLM to judge, in batches.
+    if rs.judge_contradictions {
+        let open = contradiction_candidates(
+            &edges,
+            &committed_edges,
+            functional,
+            &family,
+            rs.max_candidates,
+        );
+        if !open.is_empty() {
+            let text = |r: &EdgeRef| match *r {
+                EdgeRef::Committed(j) => committed_edges[j].fact.clone(),
+                EdgeRef::New(j) => edges[j].fact.clone(),
+            };
+            let cases: Vec<ContradictionCase> = open
+                .iter()
+                .map(|(i, others)| ContradictionCase {
+                    fact: edges[*i].fact.clone(),
+                    existing: others.iter().map(text).collect(),
+                })
+                .collect();
+            let (verdicts, fails) = crate::resolve::judge::contradictions(
+                cx.client,
+                rs.contradiction_batch_size,
+                cx.concurrency,
+                &cases,
+            )
+            .await;
+            let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
+            for (case, picked) in verdicts {
+                let (i, others) = &open[case];
+                pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
+            }
+            pairs.sort();
+            apply_contradictions(&mut edges, &mut committed_edges, &pairs, cx.now, &mut facts);
+            out.failures
+                .extend(fails.iter().map(|f| judge_row(f, cx.run_id, cx.now)));
+        }
+    }
+    out.duplicates = facts.duplicates;
+    out.invalidated = facts.invalidated;
+    // Degrees count the edges that stay.
+    let mut degree: HashMap<String, i64> = HashMap::new();
+    for e in &edges {
+        *degree.entry(e.source_node_id.clone()).or_default() += 1;
+        *degree.entry(e.target_node_id.clone()).or_default() += 1;
+    }
+    for (row, _) in drafts.iter_mut() {
+        row.rank += degree.remove(&row.node_id).unwrap_or(0);
+    }
+    let edges_added = edges.len();
+    let changed_edges = facts.changed_committed.len();
+
+    let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
+    let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
+    let mut next_short_id = cx.base_short_id;
+    for (c, (mut row, chain)) in drafts.into_iter().enumerate() {
+        row.node_type = chain
+            .last()
+            .cloned()
+            .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
+        row.labels = cx
+            .ontology
+            .labels_for(&row.node_type)
+            .unwrap_or_else(|| vec![crate::ontology::ENTITY_LABEL.into()]);
+        match resolved.committed[c].and_then(|id| committed.get(&id)) {
+            Some(existing) => {
+                let base = updated
+                    .remove(&existing.node_id)
+                    .unwrap_or_else(|| existing.clone());
+                updated.insert(
+                    existing.node_id.clone(),
+                    merge_into(base, row, &chain, cx.now, cx.run_id, cx.ontology),
+                );
+            }
+            None => {
+                next_short_id += 1;
+                row.short_id = next_short_id;
+                nodes.push(row);
+            }
+        }
+    }
+    let nodes_added = nodes.len();
+    let updated_ids: Vec<String> = updated.keys().cloned().collect();
+    nodes.extend(updated.into_values());
+    // Optional stages: summaries of the nodes this run's facts touch, and
+    // embeddings of new names and facts.
+    if rs.summaries {
+        let fails = summarize(
+            cx.client,
+            rs,
+            cx.concurrency,
+            &mut nodes,
+            &edges[..edges_added],
+        )
+        .await;
+        out.failures
+            .extend(fails.iter().map(|f| judge_row(f, cx.run_id, cx.now)));
+    }
+    if rs.embeddings {
+        let fails = embed(
+            cx.client,
+            &mut nodes,
+            &mut edges[..edges_added],
+            cx.run_id,
+            cx.now,
+        )
+        .await;
+        out.failures.extend(fails);
+    }
+    edges.extend(
+        committed_edges
+            .into_iter()
+            .filter(|e| facts.changed_committed.contains(&e.edge_id)),
+    );
+    out.nodes_added = nodes_added;
+    out.updated_node_ids = updated_ids;
+    out.nodes = nodes;
+    out.edges_added = edges_added;
+    out.changed_edges = changed_edges;
+    out.edges = edges;
+    Ok(out)
+}
+
+/// Registers `ids` as a one-column table `name(column)`, for semi-joins.
+fn register_ids<T: Into<ArrayRefOf>>(
+    ctx: &SessionContext,
+    name: &str,
+    column: &str,
+    ids: T,
+) -> Result<(), StageError> {
+    let array = ids.into().0;
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        column,
+        array.data_type().clone(),
+        false,
+    )]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![array])
+        .map_err(datafusion::error::DataFusionError::from)?;
+    let _ = ctx.deregister_table(name);
+    ctx.register_table(
+        name,
+        Arc::new(datafusion::datasource::MemTable::try_new(
+            schema,
+            vec![vec![batch]],
+        )?),
+    )?;
+    Ok(())
+}
+
+/// A column for [`register_ids`].
+struct ArrayRefOf(arrow::array::ArrayRef);
+
+impl From<Vec<i64>> for ArrayRefOf {
+    fn from(v: Vec<i64>) -> Self {
+        ArrayRefOf(Arc::new(arrow::array::Int64Array::from(v)))
+    }
+}
+
+impl From<Vec<String>> for ArrayRefOf {
+    fn from(v: Vec<String>) -> Self {
+        ArrayRefOf(Arc::new(StringArray::from(v)))
+    }
+}
+
+/// The committed nodes with these short ids (a semi-join).
+async fn committed_nodes(
+    ctx: &SessionContext,
+    short_ids: Vec<i64>,
+) -> Result<HashMap<i64, NodeRow>, StageError> {
+    if short_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    register_ids(ctx, "run_node_ids", "short_id", short_ids)?;
+    let batches = ctx
+        .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_node_ids i ON n.short_id = i.short_id")
+        .await?
+        .collect()
+        .await?;
+    let rows: Vec<NodeRow> = rows::from_batches(Table::Nodes, &batches)?;
+    Ok(rows.into_iter().map(|n| (n.short_id, n)).collect())
+}
+
+/// Builds one node from the mentions of a cluster, taken in episode
+/// (reference-time) order: the fullest name (most words, first seen on a
+/// tie), the longest chain, attributes of mentions typed with that chain
+/// with newer values winning, and every episode id.
+fn node_from_mentions(
+    members: &[&Mention],
+    group_id: &str,
+    now: chrono::DateTime<Utc>,
+    run_id: &str,
+) -> (NodeRow, Vec<String>) {
+    let chain = members
+        .iter()
+        .map(|m| &m.chain)
+        .max_by_key(|c| c.len())
+        .cloned()
+        .unwrap_or_default();
+    let mut name = members[0].name.clone();
+    for m in members {
+        if m.name.split_whitespace().count() > name.split_whitespace().count() {
+            name = m.name.clone();
+        }
+    }
+    let mut attributes = Map::new();
+    let mut episode_ids: Vec<String> = Vec::new();
+    for m in members {
+        if m.chain == chain {
+            for (k, v) in &m.attributes {
+                attributes.insert(k.clone(), v.clone());
+            }
+        }
+        if !episode_ids.contains(&m.episode_id) {
+            episode_ids.push(m.episode_id.clone());
+        }
+    }
+    let row = NodeRow {
+        node_id: uuid::Uuid::now_v7().to_string(),
+        short_id: 0,
+        group_id: group_id.to_string(),
+        name_normalized: normalize_name(&name),
+        name,
+        node_type: String::new(),
+        labels: Vec::new(),
+        summary: None,
+        attributes: Value::Object(attributes).to_string(),
+        episode_ids,
+        created_at: now,
+        updated_at: now,
+        rank: 0,
+        name_embedding: None,
+        origin: "extract".into(),
+        run_id: run_id.to_string(),
+    };
+    (row, chain)
+}
+
+/// The unexpired committed edges whose source is a source of `edges`
+/// (a DataFusion semi-join against `edges`).
+async fn committed_edges_of(
+    ctx: &SessionContext,
+    edges: &[EdgeRow],
+) -> Result<Vec<EdgeRow>, StageError> {
+    if edges.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
+    let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
+    register_ids(ctx, "run_sources", "node_id", sources)?;
+    let batches = ctx
+        .sql(
+            "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id \
+             WHERE e.expired_at IS NULL",
+        )
+        .await?
+        .collect()
+        .await?;
+    Ok(rows::from_batches(Table::Edges, &batches)?)
+}
+
+/// Folds what this run learnt about a node into its committed row: the
+/// longer chain wins (with the attributes of its last type), equal chains
+/// overlay the new attributes on the old (newer values win), episode ids
+/// and degree add up. The name, id, short id and origin stay.
+fn merge_into(
+    mut existing: NodeRow,
+    draft: NodeRow,
+    chain: &[String],
+    now: chrono::DateTime<Utc>,
+    run_id: &str,
+    ontology: &Ontology,
+) -> NodeRow {
+    let old_chain: Vec<String> = existing.labels.get(1..).unwrap_or_default().to_vec();
+    if chain.len() > old_chain.len() {
+        existing.node_type = draft.node_type.clone();
+        existing.labels = ontology
+            .labels_for(&existing.node_type)
+            .unwrap_or(draft.labels.clone());
+        existing.attributes = draft.attributes.clone();
+    } else if chain == old_chain.as_slice() {
+        let mut attrs: Map<String, Value> =
+            serde_json::from_str(&existing.attributes).unwrap_or_default();
+        let new: Map<String, Value> = serde_json::from_str(&draft.attributes).unwrap_or_default();
+        attrs.extend(new);
+        existing.attributes = Value::Object(attrs).to_string();
+    }
+    for e in draft.episode_ids {
+        if !existing.episode_ids.contains(&e) {
+            existing.episode_ids.push(e);
+        }
+    }
+    existing.rank += draft.rank;
+    existing.updated_at = now;
+    existing.run_id = run_id.to_string();
+    existing
+}
+
+fn judge_row(f: &JudgeFailure, run_id: &str, now: chrono::DateTime<Utc>) -> FailureRow {
+    FailureRow {
+        failure_id: uuid::Uuid::now_v7().to_string(),
+        run_id: run_id.to_string(),
+        stage: f.stage.to_string(),
+        item: f.item.clone(),
+        source_uri: None,
+        line: None,
+        episode_id: None,
+        reason: f.reason.clone(),
+        excerpt: None,
+        created_at: now,
+    }
+}
+
+/// Brings the summaries of `nodes` touched by `new_edges` up to date.
+async fn summarize(
+    client: &LlmClient,
+    rs: &ResolveSpec,
+    concurrency: usize,
+    nodes: &mut [NodeRow],
+    new_edges: &[EdgeRow],
+) -> Vec<JudgeFailure> {
+    let mut facts_of: HashMap<&str, Vec<String>> = HashMap::new();
+    for e in new_edges {
+        for id in [&e.source_node_id, &e.target_node_id] {
+            facts_of
+                .entry(id.as_str())
+                .or_default()
+                .push(e.fact.clone());
+        }
+    }
+    let touched: Vec<usize> = (0..nodes.len())
+        .filter(|&i| facts_of.contains_key(nodes[i].node_id.as_str()))
+        .collect();
+    if touched.is_empty() {
+        return Vec::new();
+    }
+    let cases: Vec<SummaryCase> = touched
+        .iter()
+        .map(|&i| SummaryCase {
+            name: nodes[i].name.clone(),
+            chain: nodes[i].labels.get(1..).unwrap_or_default().to_vec(),
+            summary: nodes[i].summary.clone(),
+            facts: facts_of[nodes[i].node_id.as_str()].clone(),
+        })
+        .collect();
+    let (done, failures) =
+        crate::resolve::judge::summaries(client, rs.summary_batch_size, concurrency, &cases).await;
+    for (case, text) in done {
+        nodes[touched[case]].summary = Some(text);
+    }
+    failures
+}
+
+/// Embeds names of nodes without an embedding and the text of new facts.
+async fn embed(
+    client: &LlmClient,
+    nodes: &mut [NodeRow],
+    new_edges: &mut [EdgeRow],
+    run_id: &str,
+    now: chrono::DateTime<Utc>,
+) -> Vec<FailureRow> {
+    let mut failures = Vec::new();
+    let todo: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].name_embedding.is_none())
+        .collect();
+    let names: Vec<String> = todo.iter().map(|&i| nodes[i].name.clone()).collect();
+    let texts: Vec<String> = new_edges.iter().map(|e| e.fact.clone()).collect();
+    for (stage, inputs) in [("embed_names", names), ("embed_facts", texts)] {
+        if inputs.is_empty() {
+            continue;
+        }
+        match client.embed(stage, &inputs).await {
+            Ok(vectors) if stage == "embed_names" => {
+                for (&i, v) in todo.iter().zip(vectors) {
+                    nodes[i].name_embedding = Some(v);
+                }
+            }
+            Ok(vectors) => {
+                for (e, v) in new_edges.iter_mut().zip(vectors) {
+                    e.fact_embedding = Some(v);
+                }
+            }
+            Err(e) => failures.push(judge_row(
+                &JudgeFailure {
+                    stage: if stage == "embed_names" {
+                        "embed_names"
+                    } else {
+                        "embed_facts"
+                    },
+                    item: format!("{} texts", inputs.len()),
+                    reason: format!("embedding call failed, stored without embeddings: {e}"),
+                },
+                run_id,
+                now,
+            )),
+        }
+    }
+    failures
+}
