@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use crate::resolve::entities::{MentionKey, resolve_entities};
+use crate::resolve::entities::{MentionKey, mentions_schema, resolve_entities};
 use crate::resolve::{ResolveSpec, normalize_name};
 
 /// Settings of `graphloom bench resolve`.
@@ -228,21 +228,21 @@ fn variant(e: &Entity, rng: &mut StdRng) -> (MentionKey, &'static str) {
     (m, kind)
 }
 
+/// The columns of `nodes` that resolution reads: the mentions table's,
+/// with `node_id` and `short_id` in place of `mention_id`.
 fn nodes_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new("node_id", DataType::Utf8, false),
         Field::new("short_id", DataType::Int64, false),
-        Field::new("group_id", DataType::Utf8, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("name_normalized", DataType::Utf8, false),
-        Field::new("type", DataType::Utf8, false),
-        Field::new(
-            "labels",
-            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-            false,
-        ),
-        Field::new("attributes", DataType::Utf8, false),
-    ]))
+    ];
+    fields.extend(
+        mentions_schema()
+            .fields()
+            .iter()
+            .skip(1)
+            .map(|f| f.as_ref().clone()),
+    );
+    Arc::new(Schema::new(fields))
 }
 
 const ROWS_PER_FILE: usize = 500_000;
