@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use crate::resolve::entities::{MentionKey, mentions_schema, resolve_entities};
+use crate::resolve::entities::{MentionKey, Resolved, Target, mentions_schema, resolve_entities};
 use crate::resolve::{ResolveSpec, normalize_name};
 
 /// Settings of `graphloom bench resolve`.
@@ -394,6 +394,10 @@ pub struct ResolveReport {
     pub pairs: BTreeMap<String, usize>,
     /// Mentions left ambiguous (separate without an LLM).
     pub ambiguous: usize,
+    /// Adjudication calls those would take.
+    pub adjudication_calls: usize,
+    /// Precision and recall had a correct adjudicator answered them.
+    pub with_adjudication: (f64, f64),
     /// Mentions merged into a committed node: right / made / should.
     pub node_merges: (u64, u64, u64),
     /// Mention pairs put together: right / made / should.
@@ -458,8 +462,8 @@ impl fmt::Display for ResolveReport {
         writeln!(f, "  candidates:  {}", pairs.join(", "))?;
         writeln!(
             f,
-            "  ambiguous:   {} mentions left separate (no LLM in the bench)",
-            self.ambiguous
+            "  ambiguous:   {} mentions left separate (no LLM in the bench; {} adjudication calls would ask about them)",
+            self.ambiguous, self.adjudication_calls
         )?;
         let (r, m, s) = self.node_merges;
         writeln!(
@@ -480,11 +484,16 @@ impl fmt::Display for ResolveReport {
         for w in &self.wrong_samples {
             writeln!(f, "  wrong merge: {w}")?;
         }
-        write!(
+        writeln!(
             f,
-            "  precision {:.4}, recall {:.4}",
+            "  precision {:.4}, recall {:.4} (rules alone)",
             self.precision(),
             self.recall()
+        )?;
+        write!(
+            f,
+            "  precision {:.4}, recall {:.4} had a correct adjudicator answered the ambiguous mentions",
+            self.with_adjudication.0, self.with_adjudication.1
         )
     }
 }
@@ -533,10 +542,78 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     let (clusters, open) =
         resolve_entities(&ctx, "bench_nodes", &mentions, &b.spec, &identity).await?;
     let pairs = clusters.stats.pairs.clone();
+    // What a correct adjudicator would add: for each open mention, the
+    // option that is really it (if shown), as the LLM would be asked.
+    let mut judged = clusters.clone();
     let resolved = clusters.finish();
     let seconds = started.elapsed().as_secs_f64();
     let peak = peak_rss();
+    for a in &open {
+        let right = a
+            .options
+            .iter()
+            .take(b.spec.max_candidates)
+            .find(|p| match p.target {
+                Target::Node(x) => truth[a.mention] == Truth::Existing(x),
+                Target::Mention(j) => truth[j] == truth[a.mention],
+            });
+        if let Some(p) = right {
+            judged.link(a.mention, p);
+        }
+    }
+    let judged = judged.finish();
+    let with_llm = score(&judged, &truth, &kinds, &mentions, b.seed);
+    let without = score(&resolved, &truth, &kinds, &mentions, b.seed);
+    Ok(ResolveReport {
+        mentions: b.mentions,
+        nodes: b.nodes,
+        generate_seconds,
+        seconds,
+        peak_rss: peak,
+        pairs,
+        ambiguous: open.len(),
+        adjudication_calls: open.len().div_ceil(b.spec.adjudication_batch_size.max(1)),
+        node_merges: without.node,
+        pair_merges: without.pair,
+        wrong_samples: without.wrong_samples,
+        by_variant: without.by_variant,
+        with_adjudication: (with_llm.precision(), with_llm.recall()),
+    })
+}
 
+/// Merge counts of one outcome against the truth.
+struct Score {
+    node: (u64, u64, u64),
+    pair: (u64, u64, u64),
+    wrong_samples: Vec<String>,
+    by_variant: BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl Score {
+    fn precision(&self) -> f64 {
+        let made = self.node.1 + self.pair.1;
+        if made == 0 {
+            return 1.0;
+        }
+        (self.node.0 + self.pair.0) as f64 / made as f64
+    }
+
+    fn recall(&self) -> f64 {
+        let should = self.node.2 + self.pair.2;
+        if should == 0 {
+            return 1.0;
+        }
+        (self.node.0 + self.pair.0) as f64 / should as f64
+    }
+}
+
+fn score(
+    resolved: &Resolved,
+    truth: &[Truth],
+    kinds: &[&'static str],
+    mentions: &[MentionKey],
+    seed: u64,
+) -> Score {
     // Merges to committed nodes.
     let mut node = (0u64, 0u64, 0u64);
     let mut wrong_samples = Vec::new();
@@ -562,7 +639,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
                 wrong_samples.push(format!(
                     "{:?} ({is}) → {:?} (node {g})",
                     mentions[k].name,
-                    entity(b.seed, g as u64).name
+                    entity(seed, g as u64).name
                 ));
             }
         }
@@ -582,17 +659,10 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         by_cluster.values().map(|&n| pairs_of(n)).sum(),
         by_truth.values().map(|&n| pairs_of(n)).sum(),
     );
-    Ok(ResolveReport {
-        mentions: b.mentions,
-        nodes: b.nodes,
-        generate_seconds,
-        seconds,
-        peak_rss: peak,
-        pairs,
-        ambiguous: open.len(),
-        node_merges: node,
-        pair_merges: pair,
+    Score {
+        node,
+        pair,
         wrong_samples,
         by_variant,
-    })
+    }
 }

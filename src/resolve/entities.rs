@@ -667,7 +667,7 @@ pub struct ClusterStats {
 
 /// Union-find over the run's mentions and the committed nodes they touch,
 /// with the merge rules as union conditions.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Clusters {
     parent: Vec<usize>,
     /// Per root: the committed node of the cluster, if any.
