@@ -141,7 +141,9 @@ pub fn resolve_facts(
             } else {
                 &mut new_edges[older.1]
             };
-            if e.target_node_id == newer_target {
+            // Facts that became true at the same time cannot be ordered:
+            // neither is taken for the current one, both stay valid.
+            if e.target_node_id == newer_target || e.valid_at == newer_valid {
                 continue;
             }
             let until = match (e.invalid_at, newer_valid) {
@@ -234,7 +236,8 @@ pub fn contradiction_candidates(
 /// Applies contradiction verdicts: of each contradicting pair the fact
 /// that became true earlier (`valid_at`, else when it was recorded) is
 /// invalidated at the other's `valid_at` and expired at `now`. Already
-/// expired facts stay as they are.
+/// expired facts, and pairs that became true at the same moment (no
+/// order to go by), stay as they are.
 pub fn apply_contradictions(
     new_edges: &mut [EdgeRow],
     committed: &mut [EdgeRow],
@@ -254,8 +257,12 @@ pub fn apply_contradictions(
                 new_edges[j].valid_at,
             ),
         };
-        // Ties go to the fact recorded first being the older one.
-        let (older, until) = if o_time <= new_time {
+        // Facts that became true at the same time cannot be ordered:
+        // neither is taken for the current one, both stay valid.
+        if o_time == new_time {
+            continue;
+        }
+        let (older, until) = if o_time < new_time {
             (other, new_edges[i].valid_at.or(Some(now)))
         } else {
             (EdgeRef::New(i), o_valid.or(Some(now)))
@@ -424,5 +431,31 @@ mod fact_tests {
         let new = vec![edge("n", "brightline", Some(2024))];
         let cases = contradiction_candidates(&new, &committed, &["EMPLOYED_BY".into()], &family, 4);
         assert!(cases.is_empty());
+    }
+
+    #[test]
+    fn facts_that_became_true_at_the_same_moment_both_stay_valid() {
+        let now = Utc::now();
+        let mut committed = vec![edge("c", "acme", Some(2024))];
+        let mut new = vec![edge("n", "brightline", Some(2024))];
+        let mut out = FactResolution::default();
+        apply_contradictions(
+            &mut new,
+            &mut committed,
+            &[(0, EdgeRef::Committed(0))],
+            now,
+            &mut out,
+        );
+        assert_eq!(out.invalidated, 0);
+        assert_eq!((committed[0].expired_at, new[0].expired_at), (None, None));
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &["EMPLOYED_BY".into()],
+            &family,
+            0.9,
+            now,
+        );
+        assert_eq!(r.invalidated, 0, "functional types too");
     }
 }
