@@ -191,6 +191,23 @@ pub async fn resolve_run(
     for f in facts {
         let (s, t) = (resolved.cluster_of[f.source], resolved.cluster_of[f.target]);
         let f = f.fact;
+        if s == t {
+            // Both ends turned out to be one entity ("Acme Corp supplies
+            // ACME corp."): a fact about nothing else is dropped, visibly.
+            out.failures.push(judge_row(
+                &JudgeFailure {
+                    stage: "resolve_facts",
+                    item: f.fact.chars().take(200).collect(),
+                    reason: format!(
+                        "source and target resolve to the same node `{}`; fact dropped",
+                        drafts[s].0.name
+                    ),
+                },
+                cx.run_id,
+                cx.now,
+            ));
+            continue;
+        }
         // Duplicates, also across episodes of this run, are folded by
         // fact resolution below.
         edges.push(EdgeRow {

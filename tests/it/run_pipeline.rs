@@ -29,6 +29,9 @@ this line is broken
 fn entities_for(text: &str) -> Value {
     let list = if text.contains("Brightline System shipped") {
         json!([{"name": "Brightline System", "type": "Company", "attributes": []}])
+    } else if text.contains("Dana Whitcombe (D. Whitcombe) wrote.") {
+        json!([{"name": "Dana Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "dana@northwind.test"}]},
+               {"name": "D. Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "Dana@Northwind.test"}]}])
     } else if text.contains("Brightline Sys. invoiced") {
         json!([{"name": "Brightline Systemz", "type": "Company", "attributes": []}])
     } else if text.contains("Order number PO-1 from the spring") {
@@ -62,7 +65,9 @@ fn entities_for(text: &str) -> Value {
 }
 
 fn facts_for(text: &str) -> Value {
-    let list = if text.contains("Brightline System shipped")
+    let list = if text.contains("Dana Whitcombe (D. Whitcombe) wrote.") {
+        json!([{"source": "Dana Whitcombe", "target": "D. Whitcombe", "relation_type": "REPORTS_TO", "fact": "Dana Whitcombe reports to D. Whitcombe.", "valid_at": null, "invalid_at": null}])
+    } else if text.contains("Brightline System shipped")
         || text.contains("Brightline Sys. invoiced")
     {
         json!([])
@@ -900,6 +905,35 @@ async fn a_failed_adjudication_call_keeps_the_mention_apart_and_is_recorded() {
         failures[0]["reason"]
             .as_str()
             .is_some_and(|r| r.contains("stays separate")),
+        "{failures:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fact_whose_ends_merge_into_one_node_is_dropped_with_a_failure_row() {
+    let f = fixture(|_| {}).await;
+    std::fs::write(
+        &f.source_file,
+        "{\"id\": \"e12\", \"content\": \"Dana Whitcombe (D. Whitcombe) wrote.\", \"kind\": \"message\", \"reference_time\": \"2025-04-03T10:00:00Z\"}\n",
+    )
+    .expect("write");
+    let report = run(&f).await;
+    assert_eq!(
+        (report.nodes_added, report.edges_added),
+        (1, 0),
+        "{report:?}"
+    );
+    let failures = query(
+        &f.store,
+        "SELECT reason FROM failures WHERE stage = 'resolve_facts'",
+    )
+    .await;
+    let all = query(&f.store, "SELECT stage, reason FROM failures").await;
+    assert_eq!(failures.len(), 1, "{all:?}");
+    assert!(
+        failures[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("same node `Dana Whitcombe`")),
         "{failures:?}"
     );
 }
