@@ -19,7 +19,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::extract::{
-    AttributeOut, ExtractSpec, FactMention, Mention, Rejected, describe_type, typed_attributes,
+    AttributeOut, ExtractSpec, FactMention, Mention, Rejected, describe_edge_type, describe_type,
+    typed_attributes,
 };
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::ontology::Ontology;
@@ -430,21 +431,7 @@ fn fact_request(
     let mut types = String::new();
     for c in &children {
         if let Some(t) = ontology.edge_types.get(c) {
-            let pairs: Vec<String> = t
-                .source_targets
-                .iter()
-                .map(|p| format!("{} → {}", p.source, p.target))
-                .collect();
-            let _ = writeln!(
-                types,
-                "- {c}{}: {}",
-                if pairs.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", pairs.join(", "))
-                },
-                t.description.trim()
-            );
+            let _ = writeln!(types, "{}", describe_edge_type(c, t));
         }
     }
     let parent_description = ontology

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
-use crate::ontology::{ENTITY_LABEL, Ontology, PropertySpec, is_relation_type_name};
+use crate::ontology::{ENTITY_LABEL, EdgeTypeSpec, Ontology, PropertySpec, is_relation_type_name};
 use crate::resolve::normalize_name;
 use crate::source::Episode;
 use crate::values::{coerce_text, parse_time};
@@ -179,6 +179,22 @@ pub fn describe_type(name: &str, description: &str, properties: &[PropertySpec])
         let _ = write!(out, "\n  properties: {}", props.join("; "));
     }
     out
+}
+
+/// One line describing an edge type for a prompt: its name, the
+/// source → target pairs it allows (if restricted) and its description.
+pub fn describe_edge_type(name: &str, t: &EdgeTypeSpec) -> String {
+    let pairs: Vec<String> = t
+        .source_targets
+        .iter()
+        .map(|p| format!("{} → {}", p.source, p.target))
+        .collect();
+    let allowed = if pairs.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", pairs.join(", "))
+    };
+    format!("- {name}{allowed}: {}", t.description.trim())
 }
 
 /// Keeps the attributes a model gave that are properties of `properties`,
@@ -478,22 +494,7 @@ pub fn fact_request(
     let mut types = String::new();
     for t in ontology.edge_tree.top_level() {
         if let Some(et) = ontology.edge_types.get(&t.name) {
-            let pairs: Vec<String> = et
-                .source_targets
-                .iter()
-                .map(|p| format!("{} → {}", p.source, p.target))
-                .collect();
-            let _ = writeln!(
-                types,
-                "- {}{}: {}",
-                t.name,
-                if pairs.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", pairs.join(", "))
-                },
-                et.description.trim()
-            );
+            let _ = writeln!(types, "{}", describe_edge_type(&t.name, et));
         }
     }
     let entities: String = mentions

@@ -975,8 +975,11 @@ impl LlmClient {
                     *slot = Some(v);
                 }
             }
-            if vectors.iter().any(Option::is_none) {
-                let error = LlmError::InvalidReply {
+            // One llm_calls row per request, failed or not.
+            let error = vectors
+                .iter()
+                .any(Option::is_none)
+                .then(|| LlmError::InvalidReply {
                     stage: stage.to_string(),
                     reason: format!(
                         "the server returned {} of {} embeddings",
@@ -984,21 +987,22 @@ impl LlmClient {
                         chunk.len()
                     ),
                     excerpt: reply::excerpt(&exchange.body.to_string(), 200),
-                };
-                self.record(self.row(
-                    stage,
-                    &model,
-                    item.as_ref(),
-                    Usage {
-                        prompt_tokens,
-                        completion_tokens: 0,
-                    },
-                    exchange.attempts,
-                    false,
-                    exchange.http_time,
-                    exchange.wait_time,
-                    Some(&error),
-                ));
+                });
+            self.record(self.row(
+                stage,
+                &model,
+                item.as_ref(),
+                Usage {
+                    prompt_tokens,
+                    completion_tokens: 0,
+                },
+                exchange.attempts,
+                false,
+                exchange.http_time,
+                exchange.wait_time,
+                error.as_ref(),
+            ));
+            if let Some(error) = error {
                 return Err(error);
             }
             let per_text = prompt_tokens / chunk.len().max(1) as u64;
@@ -1018,20 +1022,6 @@ impl LlmClient {
                 }
                 out[*slot] = Some(vector);
             }
-            self.record(self.row(
-                stage,
-                &model,
-                item.as_ref(),
-                Usage {
-                    prompt_tokens,
-                    completion_tokens: 0,
-                },
-                exchange.attempts,
-                false,
-                exchange.http_time,
-                exchange.wait_time,
-                None,
-            ));
         }
         Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }
