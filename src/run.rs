@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{AsArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
 use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
@@ -127,19 +126,12 @@ pub async fn new_episode_ids(
     ctx: &SessionContext,
     candidates: &[String],
 ) -> Result<HashSet<String>, RunError> {
-    let schema = Arc::new(Schema::new(vec![Field::new(
+    crate::query::register_column(
+        ctx,
+        "run_candidates",
         "episode_id",
-        DataType::Utf8,
-        false,
-    )]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![Arc::new(StringArray::from(candidates.to_vec()))],
-    )
-    .map_err(datafusion::error::DataFusionError::from)?;
-    let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])?;
-    let _ = ctx.deregister_table("run_candidates");
-    ctx.register_table("run_candidates", Arc::new(table))?;
+        Arc::new(StringArray::from(candidates.to_vec())),
+    )?;
     let batches = ctx
         .sql("SELECT c.episode_id FROM run_candidates c LEFT ANTI JOIN episodes e ON c.episode_id = e.episode_id")
         .await?
@@ -279,38 +271,42 @@ pub fn plan(
         fact.prompt_tokens += prompt + ENTITIES_PER_EPISODE * 8;
         fact.max_completion_tokens += spec.fact_max_tokens as u64;
     }
-    let mut stages = vec![entity];
     let levels = |tree: &crate::ontology::TypeTree| {
         tree.iter().filter(|t| !t.children.is_empty()).count() as u64
     };
     let batch = spec.classify_batch_size.max(1) as u64;
-    let entity_parents = levels(&ontology.entity_tree);
-    if entity_parents > 0 && n > 0 {
-        let calls = (n * ENTITIES_PER_EPISODE)
-            .div_ceil(batch)
-            .min(n * ENTITIES_PER_EPISODE)
-            * entity_parents;
-        stages.push(StagePlan {
-            stage: "classify_entities (≤)".into(),
+    // A walk makes at most one call per batch of items per parent type;
+    // its prompt and reply grow with the batch.
+    let walk = |stage: &str,
+                parents: u64,
+                per_episode: u64,
+                (prompt_base, prompt_per_item): (u64, u64),
+                (reply_base, reply_per_item): (u64, u64)| {
+        let items = n * per_episode;
+        let calls = items.div_ceil(batch).min(items) * parents;
+        (calls > 0).then(|| StagePlan {
+            stage: format!("{stage} (≤)"),
             calls,
-            prompt_tokens: calls * (400 + batch * 80),
-            max_completion_tokens: calls * (64 + batch * 100),
-        });
-    }
+            prompt_tokens: calls * (prompt_base + batch * prompt_per_item),
+            max_completion_tokens: calls * (reply_base + batch * reply_per_item),
+        })
+    };
+    let mut stages = vec![entity];
+    stages.extend(walk(
+        "classify_entities",
+        levels(&ontology.entity_tree),
+        ENTITIES_PER_EPISODE,
+        (400, 80),
+        (64, 100),
+    ));
     stages.push(fact);
-    let edge_parents = levels(&ontology.edge_tree);
-    if edge_parents > 0 && n > 0 {
-        let calls = (n * FACTS_PER_EPISODE)
-            .div_ceil(batch)
-            .min(n * FACTS_PER_EPISODE)
-            * edge_parents;
-        stages.push(StagePlan {
-            stage: "classify_facts (≤)".into(),
-            calls,
-            prompt_tokens: calls * (300 + batch * 50),
-            max_completion_tokens: calls * (64 + batch * 32),
-        });
-    }
+    stages.extend(walk(
+        "classify_facts",
+        levels(&ontology.edge_tree),
+        FACTS_PER_EPISODE,
+        (300, 50),
+        (64, 32),
+    ));
     stages
 }
 

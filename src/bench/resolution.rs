@@ -412,20 +412,12 @@ pub struct ResolveReport {
 impl ResolveReport {
     /// Precision over both kinds of merges.
     pub fn precision(&self) -> f64 {
-        let made = self.node_merges.1 + self.pair_merges.1;
-        if made == 0 {
-            return 1.0;
-        }
-        (self.node_merges.0 + self.pair_merges.0) as f64 / made as f64
+        precision(self.node_merges, self.pair_merges)
     }
 
     /// Recall over both kinds of merges.
     pub fn recall(&self) -> f64 {
-        let should = self.node_merges.2 + self.pair_merges.2;
-        if should == 0 {
-            return 1.0;
-        }
-        (self.node_merges.0 + self.pair_merges.0) as f64 / should as f64
+        recall(self.node_merges, self.pair_merges)
     }
 }
 
@@ -591,20 +583,31 @@ struct Score {
 
 impl Score {
     fn precision(&self) -> f64 {
-        let made = self.node.1 + self.pair.1;
-        if made == 0 {
-            return 1.0;
-        }
-        (self.node.0 + self.pair.0) as f64 / made as f64
+        precision(self.node, self.pair)
     }
 
     fn recall(&self) -> f64 {
-        let should = self.node.2 + self.pair.2;
-        if should == 0 {
-            return 1.0;
-        }
-        (self.node.0 + self.pair.0) as f64 / should as f64
+        recall(self.node, self.pair)
     }
+}
+
+/// Right merges over merges made, both kinds of (right, made, expected)
+/// counts together; 1 when none were made.
+fn precision(node: (u64, u64, u64), pair: (u64, u64, u64)) -> f64 {
+    let made = node.1 + pair.1;
+    if made == 0 {
+        return 1.0;
+    }
+    (node.0 + pair.0) as f64 / made as f64
+}
+
+/// Right merges over expected merges; 1 when none were expected.
+fn recall(node: (u64, u64, u64), pair: (u64, u64, u64)) -> f64 {
+    let should = node.2 + pair.2;
+    if should == 0 {
+        return 1.0;
+    }
+    (node.0 + pair.0) as f64 / should as f64
 }
 
 fn score(

@@ -472,19 +472,12 @@ pub async fn candidates(
     Ok(out)
 }
 
-/// Registers `batches` as a table, split for parallel work.
-fn register_batches(
-    ctx: &SessionContext,
-    name: &str,
-    batches: Vec<RecordBatch>,
-) -> Result<(), DataFusionError> {
-    let schema = match batches.first() {
-        Some(b) => b.schema(),
-        None => Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("band", DataType::UInt64, true),
-        ])),
-    };
+/// Runs `sql` and keeps its result as the in-memory table `name`, its
+/// batches spread over the session's partitions for parallel work.
+async fn materialize(ctx: &SessionContext, name: &str, sql: &str) -> Result<(), DataFusionError> {
+    let df = ctx.sql(sql).await?;
+    let schema = Arc::clone(df.schema().inner());
+    let batches = df.collect().await?;
     let parts = ctx.state().config().target_partitions().max(1);
     let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
     for (i, b) in batches.into_iter().enumerate() {
@@ -518,14 +511,14 @@ async fn fuzzy_pairs(
     const PB: &str = "resolve_probe_bands";
     const TB: &str = "resolve_target_bands";
     let t0 = std::time::Instant::now();
-    let probe_bands = ctx
-        .sql(&format!(
+    materialize(
+        ctx,
+        PB,
+        &format!(
             "SELECT mention_id AS id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})"
-        ))
-        .await?
-        .collect()
-        .await?;
-    register_batches(ctx, PB, probe_bands)?;
+        ),
+    )
+    .await?;
     tracing::debug!(
         "fuzzy: probe band keys at {:.2} s",
         t0.elapsed().as_secs_f64()
@@ -533,16 +526,16 @@ async fn fuzzy_pairs(
     let targets = if is_mention {
         PB
     } else {
-        let hits = ctx
-            .sql(&format!(
+        materialize(
+            ctx,
+            TB,
+            &format!(
                 "SELECT x.target AS id, x.band FROM (SELECT DISTINCT band FROM {PB}) pb \
                  JOIN (SELECT target, unnest(name_bands(group_id, folded)) AS band FROM ({side})) x \
                  ON x.band = pb.band"
-            ))
-            .await?
-            .collect()
-            .await?;
-        register_batches(ctx, TB, hits)?;
+            ),
+        )
+        .await?;
         tracing::debug!(
             "fuzzy: target band keys at {:.2} s",
             t0.elapsed().as_secs_f64()
@@ -823,7 +816,6 @@ impl Clusters {
             by_mention.entry(p.mention).or_default().push(p);
         }
         let mut open: BTreeMap<usize, Ambiguity> = BTreeMap::new();
-        let option = |p: &Pair| p.clone();
         // 1. Against committed nodes.
         for (&m, list) in &by_mention {
             let nodes = |kind: Kind, min: f64| -> Vec<&Pair> {
@@ -869,7 +861,7 @@ impl Clusters {
                         m,
                         Ambiguity {
                             mention: m,
-                            options: options.into_iter().map(option).collect(),
+                            options: options.into_iter().cloned().collect(),
                             reason,
                         },
                     );
@@ -898,7 +890,7 @@ impl Clusters {
                             reason: "only grey-band candidates",
                         })
                         .options
-                        .push(option(p));
+                        .push(p.clone());
                 }
             }
         }
@@ -947,7 +939,7 @@ impl Clusters {
                         m,
                         Ambiguity {
                             mention: m,
-                            options: partial.iter().map(|p| option(p)).collect(),
+                            options: partial.iter().map(|p| (*p).clone()).collect(),
                             reason: "a first name shared by several",
                         },
                     );

@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
+use crate::store::rows::FailureRow;
 
 /// Version of the resolution prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "resolve-v1";
@@ -26,6 +27,24 @@ pub struct JudgeFailure {
     pub item: String,
     /// Why it is unsettled.
     pub reason: String,
+}
+
+impl JudgeFailure {
+    /// The `failures` row of this item in run `run_id`.
+    pub fn to_row(&self, run_id: &str, created_at: chrono::DateTime<chrono::Utc>) -> FailureRow {
+        FailureRow {
+            failure_id: uuid::Uuid::now_v7().to_string(),
+            run_id: run_id.to_string(),
+            stage: self.stage.to_string(),
+            item: self.item.clone(),
+            source_uri: None,
+            line: None,
+            episode_id: None,
+            reason: self.reason.clone(),
+            excerpt: None,
+            created_at,
+        }
+    }
 }
 
 #[derive(Deserialize)]

@@ -9,8 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, StringArray};
-use arrow::datatypes::{Field, Schema};
+use arrow::array::{Int64Array, StringArray};
 use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
@@ -162,7 +161,7 @@ pub async fn resolve_run(
             }
         }
         out.failures
-            .extend(fails.iter().map(|f| judge_row(f, cx.run_id, cx.now)));
+            .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
     let resolved = clusters.finish();
     let committed = committed_nodes(
@@ -194,18 +193,15 @@ pub async fn resolve_run(
         if s == t {
             // Both ends turned out to be one entity ("Acme Corp supplies
             // ACME corp."): a fact about nothing else is dropped, visibly.
-            out.failures.push(judge_row(
-                &JudgeFailure {
-                    stage: "resolve_facts",
-                    item: f.fact.chars().take(200).collect(),
-                    reason: format!(
-                        "source and target resolve to the same node `{}`; fact dropped",
-                        drafts[s].0.name
-                    ),
-                },
-                cx.run_id,
-                cx.now,
-            ));
+            let failure = JudgeFailure {
+                stage: "resolve_facts",
+                item: f.fact.chars().take(200).collect(),
+                reason: format!(
+                    "source and target resolve to the same node `{}`; fact dropped",
+                    drafts[s].0.name
+                ),
+            };
+            out.failures.push(failure.to_row(cx.run_id, cx.now));
             continue;
         }
         // Duplicates, also across episodes of this run, are folded by
@@ -284,7 +280,7 @@ pub async fn resolve_run(
             pairs.sort();
             apply_contradictions(&mut edges, &mut committed_edges, &pairs, cx.now, &mut facts);
             out.failures
-                .extend(fails.iter().map(|f| judge_row(f, cx.run_id, cx.now)));
+                .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
         }
     }
     out.duplicates = facts.duplicates;
@@ -345,7 +341,7 @@ pub async fn resolve_run(
         )
         .await;
         out.failures
-            .extend(fails.iter().map(|f| judge_row(f, cx.run_id, cx.now)));
+            .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
     if rs.embeddings {
         let fails = embed(
@@ -372,47 +368,6 @@ pub async fn resolve_run(
     Ok(out)
 }
 
-/// Registers `ids` as a one-column table `name(column)`, for semi-joins.
-fn register_ids<T: Into<ArrayRefOf>>(
-    ctx: &SessionContext,
-    name: &str,
-    column: &str,
-    ids: T,
-) -> Result<(), StageError> {
-    let array = ids.into().0;
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        column,
-        array.data_type().clone(),
-        false,
-    )]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![array])
-        .map_err(datafusion::error::DataFusionError::from)?;
-    let _ = ctx.deregister_table(name);
-    ctx.register_table(
-        name,
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?),
-    )?;
-    Ok(())
-}
-
-/// A column for [`register_ids`].
-struct ArrayRefOf(arrow::array::ArrayRef);
-
-impl From<Vec<i64>> for ArrayRefOf {
-    fn from(v: Vec<i64>) -> Self {
-        ArrayRefOf(Arc::new(arrow::array::Int64Array::from(v)))
-    }
-}
-
-impl From<Vec<String>> for ArrayRefOf {
-    fn from(v: Vec<String>) -> Self {
-        ArrayRefOf(Arc::new(StringArray::from(v)))
-    }
-}
-
 /// The committed nodes with these short ids (a semi-join).
 async fn committed_nodes(
     ctx: &SessionContext,
@@ -421,7 +376,12 @@ async fn committed_nodes(
     if short_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    register_ids(ctx, "run_node_ids", "short_id", short_ids)?;
+    crate::query::register_column(
+        ctx,
+        "run_node_ids",
+        "short_id",
+        Arc::new(Int64Array::from(short_ids)),
+    )?;
     let batches = ctx
         .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_node_ids i ON n.short_id = i.short_id")
         .await?
@@ -497,7 +457,12 @@ async fn committed_edges_of(
     }
     let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
     let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
-    register_ids(ctx, "run_sources", "node_id", sources)?;
+    crate::query::register_column(
+        ctx,
+        "run_sources",
+        "node_id",
+        Arc::new(StringArray::from(sources)),
+    )?;
     let batches = ctx
         .sql(
             "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id \
@@ -544,21 +509,6 @@ fn merge_into(
     existing.updated_at = now;
     existing.run_id = run_id.to_string();
     existing
-}
-
-fn judge_row(f: &JudgeFailure, run_id: &str, now: chrono::DateTime<Utc>) -> FailureRow {
-    FailureRow {
-        failure_id: uuid::Uuid::now_v7().to_string(),
-        run_id: run_id.to_string(),
-        stage: f.stage.to_string(),
-        item: f.item.clone(),
-        source_uri: None,
-        line: None,
-        episode_id: None,
-        reason: f.reason.clone(),
-        excerpt: None,
-        created_at: now,
-    }
 }
 
 /// Brings the summaries of `nodes` touched by `new_edges` up to date.
@@ -630,19 +580,14 @@ async fn embed(
                     e.fact_embedding = Some(v);
                 }
             }
-            Err(e) => failures.push(judge_row(
-                &JudgeFailure {
-                    stage: if stage == "embed_names" {
-                        "embed_names"
-                    } else {
-                        "embed_facts"
-                    },
+            Err(e) => {
+                let failure = JudgeFailure {
+                    stage,
                     item: format!("{} texts", inputs.len()),
                     reason: format!("embedding call failed, stored without embeddings: {e}"),
-                },
-                run_id,
-                now,
-            )),
+                };
+                failures.push(failure.to_row(run_id, now));
+            }
         }
     }
     failures
