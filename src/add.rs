@@ -47,7 +47,11 @@ pub enum AddError {
 impl AddError {
     /// A missing or unreadable input file is the user's to fix.
     pub fn is_usage(&self) -> bool {
-        matches!(self, AddError::Read { .. })
+        match self {
+            AddError::Read { .. } => true,
+            AddError::Store(e) => e.is_usage(),
+            _ => false,
+        }
     }
 }
 
@@ -103,16 +107,19 @@ struct FactIn {
     attributes: Map<String, Value>,
 }
 
-/// Reads the input, from a local path or an object store URL.
-async fn read_input(location: &str) -> Result<(String, Vec<u8>)> {
+/// Reads the input, from a local path or an object store URL (with
+/// `options` over the environment's settings).
+async fn read_input(
+    location: &str,
+    options: &std::collections::BTreeMap<String, String>,
+) -> Result<(String, Vec<u8>)> {
     let read_err = |reason: String| AddError::Read {
         location: location.to_string(),
         reason,
     };
     if location.contains("://") && !location.starts_with("file://") {
         let url = url::Url::parse(location).map_err(|e| read_err(e.to_string()))?;
-        let store =
-            objstore::store_for(&url, &Default::default()).map_err(|e| read_err(e.to_string()))?;
+        let store = objstore::store_for(&url, options).map_err(|e| read_err(e.to_string()))?;
         let path = objstore::path_of(&url);
         let got = store
             .get(&path)
@@ -527,14 +534,16 @@ async fn max_short_id(ctx: &datafusion::prelude::SessionContext) -> Result<i64> 
     Ok(max)
 }
 
-/// Loads `location` (JSON Lines) into the graph as one run.
+/// Loads `location` (JSON Lines; a path or an object store URL, read with
+/// `input_options` as storage options) into the graph as one run.
 pub async fn add_file(
     store: &GraphStore,
     ontology: &Ontology,
     group_id: &str,
     location: &str,
+    input_options: &std::collections::BTreeMap<String, String>,
 ) -> Result<AddReport> {
-    let (source_uri, bytes) = read_input(location).await?;
+    let (source_uri, bytes) = read_input(location, input_options).await?;
     let mut tx = store.begin("add", group_id).await?;
     let outcome = async {
         let ctx = tx.base_context().await.map_err(AddError::from)?;

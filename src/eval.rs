@@ -149,7 +149,7 @@ impl std::fmt::Display for Quality {
 
 /// Scores the graph's last completed state against `gold`.
 pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalError> {
-    let snapshot = store.snapshot().await?;
+    let snapshot = store.existing_snapshot().await?;
     let episodes: Vec<EpisodeRow> =
         rows::from_batches(Table::Episodes, &snapshot.read(Table::Episodes).await?)?;
     let nodes: Vec<NodeRow> =

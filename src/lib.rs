@@ -11,7 +11,8 @@
 //! * [`add`]: loading known nodes and facts without an LLM;
 //! * [`resolve`]: matching mentions to nodes (name normalisation so far);
 //! * [`store`]: the graph's Delta tables and the commit protocol;
-//! * [`query`]: a DataFusion session over the graph with label functions.
+//! * [`query`]: a DataFusion session over the graph with label functions;
+//! * [`export`]: the graph's snapshot as plain Parquet for non-Delta readers.
 //!
 //! [`objstore`] is shared plumbing: URLs and object store clients;
 //! [`values`] checks property values and normalises fact times.
@@ -20,6 +21,7 @@ pub mod add;
 pub mod bench;
 pub mod classify;
 pub mod eval;
+pub mod export;
 pub mod extract;
 pub mod llm;
 pub mod objstore;
@@ -56,6 +58,14 @@ pub enum Error {
     Eval(Box<eval::EvalError>),
     #[error(transparent)]
     Bench(Box<bench::resolution::BenchError>),
+    #[error(transparent)]
+    Export(Box<export::ExportError>),
+}
+
+impl From<export::ExportError> for Error {
+    fn from(e: export::ExportError) -> Self {
+        Error::Export(Box::new(e))
+    }
 }
 
 impl From<bench::resolution::BenchError> for Error {
@@ -107,14 +117,19 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         match self {
             Error::Spec(_) | Error::Ontology(_) | Error::Location(_) => true,
-            Error::Store(e) => matches!(**e, store::StoreError::Location(_)),
+            Error::Store(e) => e.is_usage(),
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
             Error::Llm(_) | Error::Bench(_) => false,
-            Error::Eval(e) => matches!(**e, eval::EvalError::Gold { .. }),
+            Error::Export(e) => e.is_usage(),
+            Error::Eval(e) => match &**e {
+                eval::EvalError::Gold { .. } => true,
+                eval::EvalError::Store(s) => s.is_usage(),
+            },
             Error::Run(e) => match &**e {
                 run::RunError::NoSource | run::RunError::Location(_) => true,
                 run::RunError::Source(s) => s.is_usage(),
+                run::RunError::Store(s) => s.is_usage(),
                 _ => false,
             },
         }

@@ -129,6 +129,24 @@ enum Command {
         #[command(flatten)]
         target: GraphTarget,
     },
+    /// Write the graph in another form for readers outside Delta Lake.
+    #[command(subcommand)]
+    Export(ExportCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ExportCommand {
+    /// Write the last completed run's snapshot of every table as plain
+    /// Parquet (`<DIR>/<table>.parquet`, plus `_graphloom_export.json`),
+    /// for readers without Delta support.
+    Parquet {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// Destination directory: a path or an object store URL. With
+        /// --pipeline, the spec's output.storage_options apply to it too.
+        #[arg(long, value_name = "DIR")]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -322,7 +340,14 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let (spec, ontology) = load_spec(&pipeline)?;
             let store = open_output(&spec, graph.as_deref())?;
-            let report = add::add_file(&store, &ontology, &spec.output.group_id, &file).await?;
+            let report = add::add_file(
+                &store,
+                &ontology,
+                &spec.output.group_id,
+                &file,
+                &spec.output.storage_options,
+            )
+            .await?;
             out!(
                 "added {} nodes ({} created for fact endpoints) and {} facts to {} (run {}, {} ms)",
                 report.run.nodes_added,
@@ -447,8 +472,37 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             out!("{report}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Export(ExportCommand::Parquet { target, to }) => {
+            let store = GraphStore::try_from(&target)?;
+            let options = match &target.pipeline {
+                Some(path) if target.graph.is_none() => {
+                    PipelineSpec::from_path(path)?.output.storage_options
+                }
+                _ => Default::default(),
+            };
+            let report = graphloom::export::export_parquet(&store, &to, &options).await?;
+            out!(
+                "exported {} tables of {} (run {}) to {}",
+                report.tables.len(),
+                report.graph,
+                report.run_id.as_deref().unwrap_or("none"),
+                report.to
+            );
+            for (name, t) in &report.tables {
+                out!(
+                    "  {:<22} {:>10} rows  (version {})",
+                    name,
+                    t.rows,
+                    t.version.map_or("-".to_string(), |v| v.to_string())
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Recover { target } => {
             let store = GraphStore::try_from(&target)?;
+            // Recovery writes (it takes the lock and may create tables), so
+            // a mistyped URL must not turn into a new empty graph.
+            store.require_graph().await?;
             let rollbacks = store.recover().await?;
             if rollbacks.is_empty() {
                 out!("nothing to recover: every table is at the last completed run");
@@ -547,6 +601,7 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
 fn ontology_check(pipeline: &Path) -> Result<ExitCode, Error> {
     let spec = PipelineSpec::from_path(pipeline)?;
     let ontology = Ontology::try_from(&spec.ontology)?;
+    check_storage_options(&spec)?;
     out!(
         "ontology of {} is valid: {} entity types, {} edge types{}",
         pipeline.display(),
@@ -561,12 +616,29 @@ fn ontology_check(pipeline: &Path) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Rejects storage option names the store of each location does not know
+/// (the graph, the source and the response cache), as opening them would.
+fn check_storage_options(spec: &PipelineSpec) -> Result<(), Error> {
+    use graphloom::objstore::{check_options, parse_dir_url};
+    let output = &spec.output.storage_options;
+    check_options(&parse_dir_url(&spec.output.graph)?, output)?;
+    if let Some(source) = &spec.source {
+        let mut options = output.clone();
+        options.extend(source.storage_options.clone());
+        check_options(&parse_dir_url(&source.url)?, &options)?;
+    }
+    if let Some(cache) = &spec.llm.cache_url {
+        check_options(&parse_dir_url(cache)?, output)?;
+    }
+    Ok(())
+}
+
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
 async fn status(store: &GraphStore, max_runs: usize) -> Result<(), Error> {
-    let snapshot = store.snapshot().await?;
+    let snapshot = store.existing_snapshot().await?;
     out!("graph: {}", store.display_url());
     match &snapshot.head.last_completed {
         Some(run) => out!(

@@ -73,7 +73,8 @@ impl QueryError {
                     | DataFusionError::Plan(_)
                     | DataFusionError::SchemaError(..)
             ),
-            QueryError::Store(_) | QueryError::Format(_) => false,
+            QueryError::Store(e) => e.is_usage(),
+            QueryError::Format(_) => false,
         }
     }
 }
@@ -106,7 +107,7 @@ impl GraphSession {
     /// Opens the graph's last completed run and registers its tables and
     /// the label functions.
     pub async fn open(store: &GraphStore) -> Result<Self> {
-        let snapshot = store.snapshot().await?;
+        let snapshot = store.existing_snapshot().await?;
         let ctx = SessionContext::new();
         snapshot.register(&ctx).await?;
         let entity = closure_map(&snapshot, Table::EntityTypeClosure).await?;

@@ -255,6 +255,13 @@ pub enum SourceError {
         #[source]
         source: object_store::Error,
     },
+    /// The store turned the source down for a setup reason (no bucket,
+    /// refused credentials, no server): one line saying what to fix.
+    #[error("source: {message}")]
+    Storage {
+        problem: objstore::Problem,
+        message: String,
+    },
     /// A parsing task stopped unexpectedly.
     #[error("source task failed: {message}")]
     Task { message: String },
@@ -264,7 +271,11 @@ impl SourceError {
     /// Whether the user's spec is at fault (bad URL or options, missing
     /// directory) rather than the store or the machine.
     pub fn is_usage(&self) -> bool {
-        matches!(self, SourceError::Location(_) | SourceError::Missing { .. })
+        match self {
+            SourceError::Location(_) | SourceError::Missing { .. } => true,
+            SourceError::Storage { problem, .. } => *problem != objstore::Problem::Unreachable,
+            _ => false,
+        }
     }
 }
 
@@ -331,15 +342,18 @@ pub async fn load(
     let store = objstore::store_for(&url, &store_options)?;
     let prefix = objstore::path_of(&url);
     let prefix_opt = (!prefix.as_ref().is_empty()).then_some(&prefix);
-    let mut listed: Vec<ObjectMeta> =
-        store
-            .list(prefix_opt)
-            .try_collect()
-            .await
-            .map_err(|source| SourceError::List {
+    let mut listed: Vec<ObjectMeta> = store.list(prefix_opt).try_collect().await.map_err(
+        |source| match objstore::Problem::of(&source) {
+            Some(problem) => SourceError::Storage {
+                problem,
+                message: problem.describe(&url),
+            },
+            None => SourceError::List {
                 url: shown.clone(),
                 source,
-            })?;
+            },
+        },
+    )?;
     let mut single_file = false;
     if listed.is_empty() && !prefix.as_ref().is_empty() {
         // The URL may name one file rather than a directory.

@@ -27,7 +27,7 @@ pub mod rows;
 mod tables;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
@@ -88,9 +88,35 @@ pub enum StoreError {
     /// Query error while reading a table.
     #[error(transparent)]
     DataFusion(#[from] datafusion::error::DataFusionError),
+    /// The object store turned the graph's location down for a reason the
+    /// user fixes in the setup: no such bucket, refused credentials, no
+    /// server at the endpoint.
+    #[error("{message}")]
+    Storage {
+        problem: objstore::Problem,
+        message: String,
+    },
+    /// A reader was pointed at a location that holds no graph.
+    #[error(
+        "no graph at {url}: it has no `runs` table (a mistyped path? a graph is created by its first `graphloom run` or `graphloom add`)"
+    )]
+    NoGraph { url: String },
     /// A fault injected through `GRAPHLOOM_FAILPOINT` (tests only).
     #[error("failpoint `{0}` triggered")]
     Failpoint(String),
+}
+
+impl StoreError {
+    /// Whether the user fixes this in the command or its settings (exit 2):
+    /// an unusable URL, a location with no graph, a missing bucket or
+    /// refused credentials. An unreachable server is a runtime error.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            StoreError::Location(_) | StoreError::NoGraph { .. } => true,
+            StoreError::Storage { problem, .. } => *problem != objstore::Problem::Unreachable,
+            _ => false,
+        }
+    }
 }
 
 /// Result alias for the store layer.
@@ -198,9 +224,25 @@ pub struct Rollback {
     pub to: u64,
 }
 
+/// Registers deltalake's log stores for `s3://`, `az://`/`abfss://` and
+/// `gs://` (from its `s3`, `azure` and `gcs` features). The crate does this
+/// in a static constructor too; doing it here as well keeps it independent
+/// of the linker keeping that constructor.
+fn register_cloud_handlers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        deltalake::aws::register_handlers(None);
+        deltalake::azure::register_handlers(None);
+        deltalake::gcp::register_handlers(None);
+    });
+}
+
 impl GraphStore {
     /// Opens the graph at `location` (nothing is read or written yet).
+    /// `options` are object store settings over the environment's (see
+    /// [`objstore::store_for`]).
     pub fn open(location: &str, options: &BTreeMap<String, String>) -> Result<Self> {
+        register_cloud_handlers();
         let url = objstore::parse_dir_url(location)?;
         let object_store = objstore::store_for(&url, options)?;
         Ok(GraphStore {
@@ -235,6 +277,53 @@ impl GraphStore {
             .unwrap_or_else(|_| self.url.clone())
     }
 
+    /// An object store error as the user should see it: one line for the
+    /// setup mistakes [`objstore::Problem`] knows, the error itself otherwise.
+    fn storage_error(&self, error: object_store::Error) -> StoreError {
+        match objstore::Problem::of(&error) {
+            Some(problem) => StoreError::Storage {
+                problem,
+                message: problem.describe(&self.url),
+            },
+            None => error.into(),
+        }
+    }
+
+    /// A Delta error on `table`, told apart like [`Self::storage_error`].
+    fn delta_error(&self, table: Table, source: DeltaTableError) -> StoreError {
+        match objstore::Problem::of(&source) {
+            Some(problem) => StoreError::Storage {
+                problem,
+                message: problem.describe(&self.url),
+            },
+            None => StoreError::Delta {
+                table: table.name(),
+                source,
+            },
+        }
+    }
+
+    /// Fails with [`StoreError::NoGraph`] unless a graph was ever written
+    /// at this location (its `runs` table exists). Readers call this so a
+    /// mistyped URL is an error rather than an empty graph.
+    pub async fn require_graph(&self) -> Result<()> {
+        let log = objstore::path_of(&self.table_url(Table::Runs)).join("_delta_log");
+        let mut listing = self.object_store.list(Some(&log));
+        match listing.next().await {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(self.storage_error(e)),
+            None => Err(StoreError::NoGraph {
+                url: self.display_url(),
+            }),
+        }
+    }
+
+    /// [`Self::snapshot`] of a graph that must exist ([`Self::require_graph`]).
+    pub async fn existing_snapshot(&self) -> Result<Snapshot> {
+        self.require_graph().await?;
+        self.snapshot().await
+    }
+
     fn lock_path(&self) -> object_store::path::Path {
         objstore::path_of(&self.url)
             .join("_graphloom")
@@ -259,23 +348,17 @@ impl GraphStore {
         let mut listing = self.object_store.list(Some(&log));
         match listing.next().await {
             None => return Ok(None),
-            Some(Err(e)) => return Err(e.into()),
+            Some(Err(e)) => return Err(self.storage_error(e)),
             Some(Ok(_)) => {}
         }
         let mut delta = self
             .builder(table)?
             .build()
-            .map_err(|source| StoreError::Delta {
-                table: table.name(),
-                source,
-            })?;
+            .map_err(|source| self.delta_error(table, source))?;
         match delta.load().await {
             Ok(()) => Ok(Some(delta)),
             Err(DeltaTableError::NotATable(_)) => Ok(None),
-            Err(source) => Err(StoreError::Delta {
-                table: table.name(),
-                source,
-            }),
+            Err(source) => Err(self.delta_error(table, source)),
         }
     }
 
@@ -285,10 +368,7 @@ impl GraphStore {
             .with_version(version)
             .load()
             .await
-            .map_err(|source| StoreError::Delta {
-                table: table.name(),
-                source,
-            })
+            .map_err(|source| self.delta_error(table, source))
     }
 
     /// Reads the `runs` table.
@@ -357,7 +437,11 @@ impl GraphStore {
             command,
             self.stale_after,
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            StoreError::ObjectStore(e) => self.storage_error(e),
+            other => other,
+        })?;
         let prepared = self.prepare(&run_id).await;
         let (head, tables, rollbacks) = match prepared {
             Ok(p) => p,
@@ -474,11 +558,28 @@ impl GraphStore {
     }
 
     /// Takes the lock, rolls back an interrupted run's commits and releases
-    /// the lock again (`graphloom recover`).
+    /// the lock again (`graphloom recover`). A rollback is a Delta RESTORE,
+    /// itself a new version; when there was one, a `runs` row (command
+    /// `recover`) pins the restored versions, so the graph's pinned and
+    /// latest versions agree again and a second recover finds nothing.
     pub async fn recover(&self) -> Result<Vec<Rollback>> {
         let tx = self.begin("recover", "").await?;
         let rollbacks = tx.rollbacks.clone();
-        tx.abandon().await?;
+        if rollbacks.is_empty() {
+            tx.abandon().await?;
+        } else {
+            let ontology_hash = tx
+                .head
+                .last_completed
+                .as_ref()
+                .map(|r| r.ontology_hash.clone())
+                .unwrap_or_default();
+            tx.commit(RunStats {
+                ontology_hash,
+                ..RunStats::default()
+            })
+            .await?;
+        }
         Ok(rollbacks)
     }
 }
