@@ -1,7 +1,20 @@
 #!/usr/bin/env python3
 """Reads a graphloom graph the way an external engine would.
 
-Usage: read_graph.py GRAPH_DIR
+Usage: read_graph.py [--storage-options JSON] ROOT
+
+ROOT is a graph directory, or an object store URL (s3://bucket/prefix,
+az://container/prefix; also s3a://, gs://, abfs://, abfss://, azure://). For
+a URL, --storage-options gives the object store's options as a JSON object of
+strings, passed as is to deltalake's DeltaTable(uri, version=...,
+storage_options=...), e.g. for a local S3 server (moto)
+  {"AWS_ENDPOINT_URL": "http://127.0.0.1:PORT", "AWS_ALLOW_HTTP": "true",
+   "AWS_ACCESS_KEY_ID": "...", "AWS_SECRET_ACCESS_KEY": "...",
+   "AWS_REGION": "us-east-1"}
+and for Azurite {"use_emulator": "true"} with the environment variable
+AZURITE_BLOB_STORAGE_URL=http://127.0.0.1:PORT (the emulator mode takes its
+address only from there; it also skips List Blobs' startFrom, which Azurite
+3.35 ignores). For a directory the options are passed too, and ignored.
 
 A graphloom graph is as of its last `runs` row with status 'completed'; that
 row's `table_versions` column maps every other table to the Delta version the
@@ -24,10 +37,17 @@ Prints one JSON object:
   {"deltalake": {table: count}, "duckdb": {table: count},
    "duckdb_contract_nodes": n, "duckdb_employment_edges": n}
 and exits non-zero, with a message on stderr, on any error.
+
+For a URL ROOT only deltalake reads the graph: DuckDB would need its httpfs
+(or azure) extension to read s3:// or az:// files, which is a download, so
+"duckdb", "duckdb_contract_nodes" and "duckdb_employment_edges" are null
+("deltalake" is computed exactly as for a directory, and a run that pins no
+`nodes`, `edges` or `edge_type_closure` is still an error).
 """
 
 import json
 import os
+import re
 import sys
 
 PROG = "read_graph.py"
@@ -36,6 +56,12 @@ REQUIREMENTS = "tests/interop/requirements.txt"
 # Reader features that make "read every Parquet file in file_uris()" wrong:
 # deletion vectors hide rows inside files, column mapping renames columns.
 UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
+
+# Object store URL schemes deltalake reads; any other scheme is refused
+# rather than mistaken for a relative directory name.
+URL_SCHEMES = {"s3", "s3a", "gs", "az", "azure", "abfs", "abfss"}
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class GraphError(Exception):
@@ -69,15 +95,48 @@ except ImportError as e:
     fail(f"{e}; install the interop test dependencies with `pip install -r {REQUIREMENTS}`", code=3)
 
 
-def open_table(root, name, version=None):
-    path = os.path.join(root, name)
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
+def one_line(e):
+    """An object store error on one line: deltalake prints its S3/Azure
+    errors' cause chains as indented, coloured lines starting with an arrow
+    (each arrow stands for a ': ')."""
+    return " ".join(ANSI.sub("", str(e)).split()).replace(" ↳ ", ": ")
+
+
+def is_url(root):
+    """Whether ROOT is an object store URL (raises on an unknown scheme)."""
+    m = SCHEME.match(root)
+    if not m:
+        return False
+    scheme = m.group(1).lower()
+    if scheme not in URL_SCHEMES:
+        raise GraphError(f"{root}: unsupported URL scheme `{scheme}://` (use a directory or one of {', '.join(s + '://' for s in sorted(URL_SCHEMES))})")
+    if not root[m.end():].strip("/"):
+        raise GraphError(f"{root}: no bucket or container in the URL")
+    return True
+
+
+def table_location(root, name, url):
+    return root.rstrip("/") + "/" + name if url else os.path.join(root, name)
+
+
+def open_table(root, name, version=None, storage_options=None):
+    url = is_url(root)
+    path = table_location(root, name, url)
+    if url:
+        # No os.path on a URL: ask the object store for the table's log.
+        try:
+            exists = DeltaTable.is_deltatable(path, storage_options=storage_options)
+        except Exception as e:
+            raise GraphError(f"table `{name}`: cannot look for a Delta table at {path}: {one_line(e)}") from e
+    else:
+        exists = os.path.isdir(os.path.join(path, "_delta_log"))
+    if not exists:
         raise GraphError(f"table `{name}`: no Delta table at {path}")
     try:
-        table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
+        table = DeltaTable(path, version=version, storage_options=storage_options)
     except Exception as e:  # deltalake raises its own DeltaError family
         at = "latest version" if version is None else f"version {version}"
-        raise GraphError(f"table `{name}`: cannot open {path} at {at}: {e}") from e
+        raise GraphError(f"table `{name}`: cannot open {path} at {at}: {one_line(e) if url else e}") from e
     protocol = table.protocol()
     if protocol.min_reader_version == 2:
         raise GraphError(f"table `{name}` uses column mapping (reader version 2); its Parquet files cannot be read directly")
@@ -129,26 +188,40 @@ def duckdb_source(con, name, table):
     return len(uris)
 
 
-def read_graph(root):
-    if not os.path.isdir(root):
+def read_graph(root, storage_options=None):
+    url = is_url(root)
+    if not url and not os.path.isdir(root):
         raise GraphError(f"{root} is not a directory")
-    runs = open_table(root, "runs")
+    runs = open_table(root, "runs", storage_options=storage_options)
     run, versions = last_completed_run(runs)
 
-    tables = {name: open_table(root, name, version) for name, version in sorted(versions.items())}
+    tables = {
+        name: open_table(root, name, version, storage_options)
+        for name, version in sorted(versions.items())
+    }
     tables["runs"] = runs
 
-    con = duckdb.connect()
+    con = None if url else duckdb.connect()
     delta_counts = {}
     duck_counts = {}
     for name, table in sorted(tables.items()):
         delta_counts[name] = table.to_pyarrow_table().num_rows
-        duckdb_source(con, name, table)
-        duck_counts[name] = scalar(con, f'SELECT count(*) FROM "{name}"')
+        if con is not None:
+            duckdb_source(con, name, table)
+            duck_counts[name] = scalar(con, f'SELECT count(*) FROM "{name}"')
 
     for needed in ("nodes", "edges", "edge_type_closure"):
         if needed not in tables:
             raise GraphError(f"run {run['run_id']} pins no version of `{needed}` (table_versions: {versions})")
+
+    if con is None:
+        # See the docstring: DuckDB cannot read object store files offline.
+        return {
+            "deltalake": delta_counts,
+            "duckdb": None,
+            "duckdb_contract_nodes": None,
+            "duckdb_employment_edges": None,
+        }
 
     contract_nodes = scalar(con, "SELECT count(*) FROM nodes WHERE list_contains(labels, 'Contract')")
     # Same semantics as graphloom's edge_type_matches: the type itself or any
@@ -173,11 +246,43 @@ def read_graph(root):
     }
 
 
-def main(argv):
-    if len(argv) != 2:
-        fail(f"usage: {PROG} GRAPH_DIR", code=2)
+def parse_storage_options(text):
     try:
-        result = read_graph(argv[1])
+        options = json.loads(text)
+    except ValueError as e:
+        fail(f"--storage-options is not valid JSON: {e}", code=2)
+    if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
+        fail(f"--storage-options must be a JSON object of strings, got {text}", code=2)
+    return options
+
+
+def parse_args(argv):
+    """(root, storage_options) from argv; exits with code 2 on bad usage."""
+    usage = f"usage: {PROG} [--storage-options JSON] ROOT"
+    args = argv[1:]
+    storage_options = None
+    positional = []
+    while args:
+        arg = args.pop(0)
+        if arg == "--storage-options":
+            if not args:
+                fail(f"--storage-options needs a JSON object ({usage})", code=2)
+            storage_options = parse_storage_options(args.pop(0))
+        elif arg.startswith("--storage-options="):
+            storage_options = parse_storage_options(arg.split("=", 1)[1])
+        elif arg.startswith("-") and arg != "-":
+            fail(f"unknown option {arg} ({usage})", code=2)
+        else:
+            positional.append(arg)
+    if len(positional) != 1:
+        fail(usage, code=2)
+    return positional[0], storage_options
+
+
+def main(argv):
+    root, storage_options = parse_args(argv)
+    try:
+        result = read_graph(root, storage_options)
     except GraphError as e:
         fail(str(e))
     except Exception as e:  # anything unexpected from deltalake, pyarrow or duckdb

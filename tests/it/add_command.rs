@@ -100,6 +100,7 @@ async fn bad_lines_become_failures_and_good_lines_still_load() {
         &ontology,
         &spec.output.group_id,
         file.to_str().expect("utf-8"),
+        &Default::default(),
     )
     .await
     .expect("add completes despite bad lines");
@@ -171,6 +172,7 @@ async fn added_nodes_are_not_deduplicated_across_calls() {
         &ontology,
         &spec.output.group_id,
         common::facts_file().to_str().expect("utf-8"),
+        &Default::default(),
     )
     .await
     .expect("second add");
@@ -237,7 +239,21 @@ fn exit_codes_separate_usage_errors_from_runtime_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/file.jsonl"));
-    // So is SQL that does not plan.
+    // So is a location that holds no graph (a mistyped path): reading it
+    // is an error, not an empty graph, and nothing is created there.
+    let out = run(&["sql", "--graph", graph, "SELECT 1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no graph at"));
+    assert!(!dir.path().join("runs").exists());
+    let added = run(&[
+        "add",
+        "pipelines/procurement.toml",
+        "pipelines/facts/procurement.jsonl",
+        "--graph",
+        graph,
+    ]);
+    assert_eq!(added.status.code(), Some(0));
+    // SQL that does not plan is the user's to fix too.
     let out = run(&["sql", "--graph", graph, "SELEC 1"]);
     assert_eq!(out.status.code(), Some(2));
     // And a bad spec path or an unknown subcommand.
@@ -272,6 +288,7 @@ fn every_command_has_complete_help() {
         vec!["sql", "--help"],
         vec!["status", "--help"],
         vec!["recover", "--help"],
+        vec!["export", "parquet", "--help"],
         vec!["ontology", "check", "--help"],
     ] {
         let out = Command::new(common::bin())

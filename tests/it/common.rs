@@ -40,6 +40,7 @@ pub async fn procurement_graph(dir: &Path) -> GraphStore {
         &ontology,
         &spec.output.group_id,
         facts_file().to_str().expect("utf-8 path"),
+        &Default::default(),
     )
     .await
     .expect("example facts load");

@@ -8,6 +8,7 @@ mod interop;
 mod llm_client;
 mod llm_test_server;
 mod local_llm;
+mod object_storage;
 mod ontology_rules;
 mod resolution;
 mod run_pipeline;

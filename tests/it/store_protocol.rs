@@ -289,9 +289,41 @@ async fn a_writer_whose_lock_was_taken_over_cannot_commit() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_empty_graph_reads_as_empty_tables() {
+async fn a_location_never_written_is_no_graph_and_reading_creates_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
     let graph = dir.path().join("never-written");
+    for args in [
+        vec!["status"],
+        vec!["sql", "SELECT count(*) FROM nodes"],
+        vec!["recover"],
+    ] {
+        let out = Command::new(common::bin())
+            .args(&args)
+            .arg("--graph")
+            .arg(&graph)
+            .output()
+            .expect("run graphloom");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("no graph at file://"), "{args:?}: {stderr}");
+    }
+    assert!(!graph.exists(), "a reader created {}", graph.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graph_with_tables_but_no_completed_run_reads_as_empty() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let graph = dir.path().join("g");
+    // A writer that created the tables and then stopped without a run.
+    let store =
+        GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
+    store
+        .begin("add", "default")
+        .await
+        .expect("begin")
+        .abandon()
+        .await
+        .expect("abandon");
     assert_eq!(counts(&graph), (0, 0, 0));
     let out = Command::new(common::bin())
         .args(["status", "--graph"])
