@@ -495,16 +495,26 @@ impl Loader {
         Ok(())
     }
 
+    /// Removes the nodes from index `keep` on (at most the two endpoints
+    /// of one fact) and their index entries. Touches only those entries:
+    /// sweeping the whole index here made loading facts with untyped,
+    /// undeclared endpoints quadratic (each rejected fact paid for every
+    /// node loaded so far).
     fn rollback_nodes(&mut self, keep: usize) {
-        if self.nodes.len() == keep {
-            return;
-        }
-        let removed = self.nodes.len() - keep;
-        self.nodes.truncate(keep);
-        self.next_short_id -= removed as i64;
-        self.by_key.retain(|_, idx| *idx < keep);
-        for v in self.by_name.values_mut() {
-            v.retain(|idx| *idx < keep);
+        while self.nodes.len() > keep {
+            let idx = self.nodes.len() - 1;
+            let node = self.nodes.pop().expect("len > keep");
+            self.next_short_id -= 1;
+            let key = (node.name_normalized.clone(), node.node_type.clone());
+            if self.by_key.get(&key) == Some(&idx) {
+                self.by_key.remove(&key);
+            }
+            if let Some(list) = self.by_name.get_mut(&node.name_normalized) {
+                list.retain(|i| *i != idx);
+                if list.is_empty() {
+                    self.by_name.remove(&node.name_normalized);
+                }
+            }
         }
     }
 }
