@@ -516,18 +516,28 @@ async fn execute(
                 )
             })
             .buffer_unordered(concurrency * 2);
+        let mut replies = HashMap::new();
+        let mut fact_failures = 0;
         while let Some((i, r)) = stream.next().await {
-            match r {
-                Ok((f, rej)) => {
+            fact_failures += usize::from(r.is_err());
+            replies.insert(i, r);
+            progress.tick(client, failed.len() + fact_failures);
+        }
+        // Facts in episode order, not in the order replies arrived: the edge
+        // walk batches them by position, and its requests (hence cache keys)
+        // must be the same on every run over the same episodes.
+        for &i in &with_entities {
+            match replies.remove(&i) {
+                Some(Ok((f, rej))) => {
                     rejected.extend(rej);
                     fact_owner.extend(std::iter::repeat_n(i, f.len()));
                     facts.extend(f);
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     failed.insert(i, ("extract_facts".into(), e));
                 }
+                None => {}
             }
-            progress.tick(client, failed.len());
         }
     }
     progress.finish();

@@ -220,6 +220,14 @@ pub enum Reply {
     },
     /// A fault instead of a reply.
     Fault(Fault),
+    /// `reply`, sent after waiting `delay` (without holding up other
+    /// requests): to make replies arrive in another order than sent.
+    Delayed {
+        /// How long to wait first.
+        delay: Duration,
+        /// What to send then.
+        reply: Box<Reply>,
+    },
 }
 
 impl Reply {
@@ -1366,7 +1374,16 @@ async fn resolve_reply(
     view: &ChatRequestView,
 ) -> Reply {
     let from_script = scripted.is_some();
-    let reply = scripted.unwrap_or_else(|| responder(view));
+    let mut reply = scripted.unwrap_or_else(|| responder(view));
+    // Bounded: a reply nests only as deep as whoever built it.
+    while let Reply::Delayed {
+        delay,
+        reply: inner,
+    } = reply
+    {
+        sleep(delay).await;
+        reply = *inner;
+    }
     let Reply::Fault(Fault::Slow(delay)) = reply else {
         return reply;
     };
@@ -1390,6 +1407,7 @@ fn reply_action(reply: Reply, seq: u64, view: &ChatRequestView, prompt: u64) -> 
         (Action::Respond(resp), tokens)
     };
     match reply {
+        Reply::Delayed { reply, .. } => reply_action(*reply, seq, view, prompt),
         Reply::Content(content) => completion(content, "stop"),
         Reply::Length(content) => completion(content, "length"),
         Reply::ContentWithUsage {

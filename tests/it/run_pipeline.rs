@@ -937,3 +937,92 @@ async fn a_fact_whose_ends_merge_into_one_node_is_dropped_with_a_failure_row() {
         "{failures:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_from_the_cache_makes_no_calls_whatever_order_replies_arrived_in() {
+    let f = fixture(|spec| spec.llm.max_concurrency = 8).await;
+    // Three episodes with employment facts, whose fact replies arrive in
+    // the reverse of episode order on the first run. The edge walk batches
+    // the facts of all episodes: its requests (and cache keys) must not
+    // depend on that order, or a replay would call the server again.
+    std::fs::write(
+        &f.source_file,
+        r#"{"id": "w1", "content": "Priya Raman works full time for Acme Corp.", "kind": "message", "reference_time": "2021-09-02T10:00:00Z"}
+{"id": "w2", "content": "Priya Raman is at Brightline Systems now.", "kind": "message", "reference_time": "2025-03-11T10:00:00Z"}
+{"id": "w3", "content": "Priya Raman joined Brightline Systems on 10 March.", "kind": "message", "reference_time": "2025-03-12T10:00:00Z"}
+"#,
+    )
+    .expect("write episodes");
+    let inner = responder(f.fail_entities.clone(), f.po_is_plain.clone());
+    f.server
+        .set_behavior(Behavior::with_responder(move |req: &ChatRequestView| {
+            let reply = inner(req);
+            let system = req.last("system").unwrap_or_default();
+            let user = req.last("user").unwrap_or_default();
+            let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
+            let delay_ms = if !system.contains("state the facts") {
+                0
+            } else if current.contains("works full time") {
+                600
+            } else if current.contains("is at Brightline") {
+                300
+            } else {
+                0
+            };
+            Reply::Delayed {
+                delay: std::time::Duration::from_millis(delay_ms),
+                reply: Box::new(reply),
+            }
+        }));
+    let first = run(&f).await;
+    assert_eq!(first.episodes_added, 3, "{first:?}");
+    let walks = stage_calls(&f.server, "already classified as EMPLOYED_BY");
+    assert_eq!(
+        walks.len(),
+        1,
+        "one batched edge walk over the three episodes"
+    );
+    let items = walks[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(items.matches("\n[").count() + 1 >= 3, "{items}");
+    let calls = f.server.requests().len();
+
+    // The same archive into a fresh graph, answered from the first cache.
+    let fresh = tempfile::tempdir().expect("temp dir");
+    let mut spec = f.spec.clone();
+    spec.llm.cache_url = Some(format!("{}_cache/llm/", f.store.url()));
+    let store = GraphStore::open(
+        fresh.path().join("graph").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open");
+    let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
+    let replay = graphloom::run::run(&spec, &ontology, &store, &RunOptions::default())
+        .await
+        .expect("replay");
+    let missed: Vec<String> = f.server.requests()[calls..]
+        .iter()
+        .map(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .chars()
+                .take(80)
+                .collect()
+        })
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "the replay called the server: {missed:#?}"
+    );
+    assert_eq!(
+        replay.cache_hits,
+        first.calls_by_stage.values().sum::<usize>()
+    );
+    assert_eq!(
+        (replay.nodes_added, replay.edges_added),
+        (first.nodes_added, first.edges_added)
+    );
+}
