@@ -226,16 +226,32 @@ fn ok(what: &str, out: Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// One count through `graphloom sql --format csv`.
+/// One count through `graphloom sql --format csv --graph URL`.
 fn count(graph: &str, env: &[(&'static str, String)], query: &str) -> i64 {
-    let text = ok(
-        query,
-        graphloom(&["sql", "--format", "csv", "--graph", graph, query], env),
-    );
+    count_in(&["--graph", graph], env, query)
+}
+
+/// One count through `graphloom sql`, the graph named by `target`
+/// (`--graph URL` or `--pipeline P`).
+fn count_in(target: &[&str], env: &[(&'static str, String)], query: &str) -> i64 {
+    let mut args = vec!["sql", "--format", "csv"];
+    args.extend_from_slice(target);
+    args.push(query);
+    let text = ok(query, graphloom(&args, env));
     text.lines()
         .nth(1)
         .and_then(|l| l.trim().parse().ok())
         .unwrap_or_else(|| panic!("no count in {text:?}"))
+}
+
+/// The row count `graphloom status` prints for `table`.
+fn status_rows(status: &str, table: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(table))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no row count of `{table}` in {status}"))
 }
 
 fn graph_counts(graph: &str, env: &[(&'static str, String)]) -> (i64, i64, i64) {
@@ -324,14 +340,7 @@ async fn add_twice_then_sql_status_and_python_deltalake_on_s3() {
         "{status}"
     );
     assert!(status.contains("last completed run:"), "{status}");
-    let nodes_line = status
-        .lines()
-        .find(|l| l.starts_with("nodes "))
-        .unwrap_or_else(|| panic!("no nodes row in {status}"));
-    assert!(
-        nodes_line.split_whitespace().nth(1) == Some("70"),
-        "{nodes_line}"
-    );
+    assert_eq!(status_rows(&status, "nodes"), 70);
 
     // The warehouse path: another Delta reader sees the same graph.
     let python = python_counts(graph, &s3_options(&s3));
@@ -359,21 +368,8 @@ async fn spec_storage_options_reach_every_command_and_no_environment_is_needed()
         "add",
         graphloom(&["add", spec, "pipelines/facts/procurement.jsonl"], none),
     );
-    let sql = ok(
-        "sql",
-        graphloom(
-            &[
-                "sql",
-                "--pipeline",
-                spec,
-                "--format",
-                "csv",
-                "SELECT count(*) FROM nodes",
-            ],
-            none,
-        ),
-    );
-    assert_eq!(sql.lines().nth(1), Some("35"), "{sql}");
+    let nodes = count_in(&["--pipeline", spec], none, "SELECT count(*) FROM nodes");
+    assert_eq!(nodes, 35);
     let status = ok("status", graphloom(&["status", "--pipeline", spec], none));
     assert!(status.contains("s3://specs/graph/"), "{status}");
     let recover = ok("recover", graphloom(&["recover", "--pipeline", spec], none));
@@ -831,33 +827,19 @@ async fn add_sql_status_recover_and_export_on_azurite() {
         graphloom(&["add", spec, "pipelines/facts/procurement.jsonl"], none),
     );
     let contracts = || {
-        let sql = ok(
-            "sql",
-            graphloom(
-                &[
-                    "sql",
-                    "--pipeline",
-                    spec,
-                    "--format",
-                    "csv",
-                    "SELECT count(*) FROM nodes WHERE has_label(labels, 'Contract')",
-                ],
-                none,
-            ),
-        );
-        sql.lines().nth(1).map(str::to_string)
+        count_in(
+            &["--pipeline", spec],
+            none,
+            "SELECT count(*) FROM nodes WHERE has_label(labels, 'Contract')",
+        )
     };
     // Contract and its subtypes: 2 MSAs, 3 order forms, 7 POs, 1 contract.
-    assert_eq!(contracts().as_deref(), Some("13"));
+    assert_eq!(contracts(), 13);
     let mut crash = env.clone();
     crash.push(("GRAPHLOOM_FAILPOINT", "after_commit:nodes=abort".into()));
     let out = graphloom(&["add", spec, "pipelines/facts/procurement.jsonl"], &crash);
     assert!(!out.status.success(), "the writer was meant to die");
-    assert_eq!(
-        contracts().as_deref(),
-        Some("13"),
-        "the crashed add is invisible"
-    );
+    assert_eq!(contracts(), 13, "the crashed add is invisible");
     let recover = ok("recover", graphloom(&["recover", "--pipeline", spec], none));
     assert!(recover.contains("rolled back `nodes`"), "{recover}");
     ok(
@@ -865,14 +847,7 @@ async fn add_sql_status_recover_and_export_on_azurite() {
         graphloom(&["add", spec, "pipelines/facts/procurement.jsonl"], none),
     );
     let status = ok("status", graphloom(&["status", "--pipeline", spec], none));
-    let nodes_line = status
-        .lines()
-        .find(|l| l.starts_with("nodes "))
-        .unwrap_or_else(|| panic!("no nodes row in {status}"));
-    assert!(
-        nodes_line.split_whitespace().nth(1) == Some("70"),
-        "{nodes_line}"
-    );
+    assert_eq!(status_rows(&status, "nodes"), 70);
     let export = tempfile::tempdir().expect("temp dir");
     let exported = ok(
         "export",
