@@ -464,6 +464,12 @@ impl Problem {
         }
     }
 
+    /// Whether the user fixes it in the settings (exit 2); an endpoint
+    /// nobody answers at may be a server that is down (exit 1).
+    pub fn is_usage(self) -> bool {
+        self != Problem::Unreachable
+    }
+
     /// One line for `location` (a URL inside the bucket) saying what to fix.
     pub fn describe(self, location: &Url) -> String {
         let bucket = location.host_str().unwrap_or_default();

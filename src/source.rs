@@ -273,7 +273,7 @@ impl SourceError {
     pub fn is_usage(&self) -> bool {
         match self {
             SourceError::Location(_) | SourceError::Missing { .. } => true,
-            SourceError::Storage { problem, .. } => *problem != objstore::Problem::Unreachable,
+            SourceError::Storage { problem, .. } => problem.is_usage(),
             _ => false,
         }
     }

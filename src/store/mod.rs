@@ -113,7 +113,7 @@ impl StoreError {
     pub fn is_usage(&self) -> bool {
         match self {
             StoreError::Location(_) | StoreError::NoGraph { .. } => true,
-            StoreError::Storage { problem, .. } => *problem != objstore::Problem::Unreachable,
+            StoreError::Storage { problem, .. } => problem.is_usage(),
             _ => false,
         }
     }
@@ -280,26 +280,33 @@ impl GraphStore {
     /// An object store error as the user should see it: one line for the
     /// setup mistakes [`objstore::Problem`] knows, the error itself otherwise.
     fn storage_error(&self, error: object_store::Error) -> StoreError {
-        match objstore::Problem::of(&error) {
-            Some(problem) => StoreError::Storage {
-                problem,
-                message: problem.describe(&self.url),
-            },
-            None => error.into(),
-        }
+        self.setup_problem(&error).unwrap_or_else(|| error.into())
     }
 
     /// A Delta error on `table`, told apart like [`Self::storage_error`].
     fn delta_error(&self, table: Table, source: DeltaTableError) -> StoreError {
-        match objstore::Problem::of(&source) {
-            Some(problem) => StoreError::Storage {
-                problem,
-                message: problem.describe(&self.url),
-            },
-            None => StoreError::Delta {
+        self.setup_problem(&source)
+            .unwrap_or_else(|| StoreError::Delta {
                 table: table.name(),
                 source,
-            },
+            })
+    }
+
+    fn setup_problem(&self, error: &(dyn std::error::Error + 'static)) -> Option<StoreError> {
+        objstore::Problem::of(error).map(|problem| StoreError::Storage {
+            problem,
+            message: problem.describe(&self.url),
+        })
+    }
+
+    /// Whether `table` was ever created: its Delta log has an entry.
+    /// Asking the store keeps "not created yet" apart from load errors.
+    async fn has_log(&self, table: Table) -> Result<bool> {
+        let log = objstore::path_of(&self.table_url(table)).join("_delta_log");
+        match self.object_store.list(Some(&log)).next().await {
+            None => Ok(false),
+            Some(Err(e)) => Err(self.storage_error(e)),
+            Some(Ok(_)) => Ok(true),
         }
     }
 
@@ -307,14 +314,12 @@ impl GraphStore {
     /// at this location (its `runs` table exists). Readers call this so a
     /// mistyped URL is an error rather than an empty graph.
     pub async fn require_graph(&self) -> Result<()> {
-        let log = objstore::path_of(&self.table_url(Table::Runs)).join("_delta_log");
-        let mut listing = self.object_store.list(Some(&log));
-        match listing.next().await {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(self.storage_error(e)),
-            None => Err(StoreError::NoGraph {
+        if self.has_log(Table::Runs).await? {
+            Ok(())
+        } else {
+            Err(StoreError::NoGraph {
                 url: self.display_url(),
-            }),
+            })
         }
     }
 
@@ -342,14 +347,8 @@ impl GraphStore {
 
     /// Opens a table at its latest version; `None` if it was never created.
     pub async fn load_latest(&self, table: Table) -> Result<Option<DeltaTable>> {
-        // A table exists once its log has an entry; asking the store first
-        // keeps "not created yet" apart from real load errors.
-        let log = objstore::path_of(&self.table_url(table)).join("_delta_log");
-        let mut listing = self.object_store.list(Some(&log));
-        match listing.next().await {
-            None => return Ok(None),
-            Some(Err(e)) => return Err(self.storage_error(e)),
-            Some(Ok(_)) => {}
+        if !self.has_log(table).await? {
+            return Ok(None);
         }
         let mut delta = self
             .builder(table)?
