@@ -51,3 +51,13 @@ pub async fn procurement_graph(dir: &Path) -> GraphStore {
     );
     store
 }
+
+/// A finished command's status, stdout and stderr, for assertion messages.
+pub fn describe(what: &str, out: &std::process::Output) -> String {
+    format!(
+        "{what}: {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

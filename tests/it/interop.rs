@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use graphloom::store::Table;
 use serde_json::Value;
 
-use crate::common::{bin, facts_file, procurement_graph, repo};
+use crate::common::{bin, describe, facts_file, procurement_graph, repo};
 
 const SCRIPT: &str = "tests/interop/read_graph.py";
 const REQUIREMENTS: &str = "tests/interop/requirements.txt";
@@ -48,15 +48,6 @@ fn python_ready() -> bool {
         "{problem}\ninstall the interop test dependencies with `pip install -r {REQUIREMENTS}` \
          (CI installs them), or set GRAPHLOOM_SKIP_INTEROP=1 to skip these tests"
     );
-}
-
-fn describe(what: &str, out: &Output) -> String {
-    format!(
-        "{what}: {}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// What `read_graph.py` printed.

@@ -23,7 +23,7 @@ use graphloom::store::{GraphStore, StoreError};
 use object_store::{ObjectStoreExt, PutPayload};
 use serde_json::{Value, json};
 
-use crate::common;
+use crate::common::{self, describe};
 
 const SKIP: &str = "GRAPHLOOM_SKIP_OBJECT_STORES";
 /// The well-known account of the Azure storage emulators.
@@ -194,15 +194,6 @@ fn azure_env(server: &Server) -> Vec<(&'static str, String)> {
         .trim_end_matches(&format!("/{AZURITE_ACCOUNT}"))
         .to_string();
     vec![("AZURITE_BLOB_STORAGE_URL", root)]
-}
-
-fn describe(what: &str, out: &Output) -> String {
-    format!(
-        "{what}: {}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// `graphloom ARGS` with the given environment and no other cloud settings.
