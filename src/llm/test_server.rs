@@ -430,6 +430,12 @@ impl TestServer {
         self.addr
     }
 
+    /// Time since the server started, on the clock of [`Recorded::at`]
+    /// (to compare arrivals with a moment in the test).
+    pub fn elapsed(&self) -> Duration {
+        self.shared.started.elapsed()
+    }
+
     /// Every request so far, in arrival order (those taken by
     /// [`TestServer::take_requests`] excepted).
     pub fn requests(&self) -> Vec<Recorded> {
