@@ -67,6 +67,10 @@ pub struct AddReport {
     pub failures: Vec<FailureRow>,
     /// Nodes created for fact endpoints that no node line declared.
     pub implicit_nodes: usize,
+    /// Wall time of each step: `read` (the input file), `open` (lock,
+    /// recovery, the committed graph), `load` (parsing and checking the
+    /// lines into rows), `commit` (the table commits and the runs row).
+    pub stage_seconds: Vec<(&'static str, f64)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -553,11 +557,16 @@ pub async fn add_file(
     location: &str,
     input_options: &std::collections::BTreeMap<String, String>,
 ) -> Result<AddReport> {
+    use std::time::Instant;
+    let started = Instant::now();
     let (source_uri, bytes) = read_input(location, input_options).await?;
+    let read_done = Instant::now();
     let mut tx = store.begin("add", group_id).await?;
+    let mut load_started = Instant::now();
     let outcome = async {
         let ctx = tx.base_context().await.map_err(AddError::from)?;
         let next_short_id = max_short_id(&ctx).await? + 1;
+        load_started = Instant::now();
         let file_name = source_uri
             .rsplit('/')
             .next()
@@ -630,6 +639,7 @@ pub async fn add_file(
             return Err(e);
         }
     };
+    let load_done = Instant::now();
     for (table, batch) in writes {
         let mode = match table {
             Table::EntityTypes
@@ -643,9 +653,17 @@ pub async fn add_file(
         }
     }
     let run = tx.commit(stats).await?;
+    let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
+    let stage_seconds = vec![
+        ("read", secs(started, read_done)),
+        ("open", secs(read_done, load_started)),
+        ("load", secs(load_started, load_done)),
+        ("commit", secs(load_done, Instant::now())),
+    ];
     Ok(AddReport {
         run,
         failures,
         implicit_nodes,
+        stage_seconds,
     })
 }

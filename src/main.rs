@@ -72,8 +72,13 @@ enum Command {
         #[arg(long, conflicts_with = "refresh_cache")]
         no_cache: bool,
         /// Ignore cached replies and store fresh ones.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "replay")]
         refresh_cache: bool,
+        /// Rebuild from the response cache alone: make no LLM call; a
+        /// request the cache has no reply for fails its episode (a
+        /// `failures` row, retried by the next run).
+        #[arg(long, conflicts_with = "no_cache")]
+        replay: bool,
         /// Write to this graph instead of the spec's output.graph.
         #[arg(long, value_name = "URL")]
         graph: Option<String>,
@@ -160,6 +165,44 @@ enum OntologyCommand {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// Load synthetic node and fact lines with `graphloom add` into a
+    /// fresh graph, at the given size and at a tenth of it, and print the
+    /// times and their ratio. Build with --release for figures.
+    Add {
+        /// Node lines.
+        #[arg(long, default_value_t = 100_000)]
+        nodes: usize,
+        /// Fact lines.
+        #[arg(long, default_value_t = 50_000)]
+        facts: usize,
+        /// Generator seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Working directory (emptied first). Default: under the temp dir.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Run the whole pipeline over a synthetic message archive against the
+    /// built-in test server, then replay it into a fresh graph from the
+    /// response cache (--replay); print each stage's time, calls and
+    /// episodes/s. Build with --release for figures.
+    Run {
+        /// Episodes in the archive.
+        #[arg(long, default_value_t = 2_000)]
+        episodes: usize,
+        /// Also run at episodes/SCALE first and print each stage's time ratio.
+        #[arg(long, value_name = "SCALE")]
+        scale: Option<usize>,
+        /// Generator seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// LLM calls in flight (llm.max_concurrency).
+        #[arg(long, default_value_t = 16)]
+        concurrency: u32,
+        /// Working directory (emptied first). Default: under the temp dir.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Drive the LLM client and limiter against the built-in test server
     /// and report achieved requests/min and tokens/min against the limits,
     /// the most in any 60 s window, latency percentiles and client overhead.
@@ -313,6 +356,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             limit,
             no_cache,
             refresh_cache,
+            replay,
             graph,
         } => {
             let (spec, ontology) = load_spec(&pipeline)?;
@@ -322,6 +366,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 limit,
                 cache: if no_cache {
                     graphloom::llm::CacheMode::Off
+                } else if replay {
+                    graphloom::llm::CacheMode::Replay
                 } else if refresh_cache {
                     graphloom::llm::CacheMode::Refresh
                 } else {
@@ -472,6 +518,42 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             out!("{report}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(BenchCommand::Add {
+            nodes,
+            facts,
+            seed,
+            dir,
+        }) => {
+            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-add"));
+            let settings = graphloom::bench::add::AddBench {
+                nodes,
+                facts,
+                seed,
+                dir,
+            };
+            let report = graphloom::bench::add::run_add_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Run {
+            episodes,
+            scale,
+            seed,
+            concurrency,
+            dir,
+        }) => {
+            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-run"));
+            let settings = graphloom::bench::pipeline::RunBench {
+                episodes: episodes.max(1),
+                scale,
+                seed,
+                dir,
+                concurrency: concurrency.max(1),
+            };
+            let report = graphloom::bench::pipeline::run_pipeline_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Export(ExportCommand::Parquet { target, to }) => {
             let store = GraphStore::try_from(&target)?;
             let options = match &target.pipeline {
@@ -595,7 +677,20 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
             out!("  [{}] {}: {}", f.stage, f.item, f.reason);
         }
     }
-    out!("took {:.1} s", r.seconds);
+    let stages: Vec<String> = r
+        .stage_seconds
+        .iter()
+        .fold(Vec::<(&str, f64)>::new(), |mut acc, (s, t)| {
+            match acc.iter_mut().find(|(a, _)| a == s) {
+                Some((_, sum)) => *sum += t,
+                None => acc.push((s, *t)),
+            }
+            acc
+        })
+        .into_iter()
+        .map(|(s, t)| format!("{s} {t:.1}"))
+        .collect();
+    out!("took {:.1} s ({})", r.seconds, stages.join(", "));
 }
 
 fn ontology_check(pipeline: &Path) -> Result<ExitCode, Error> {

@@ -109,9 +109,32 @@ pub struct RunReport {
     pub plan: Vec<StagePlan>,
     /// Wall time.
     pub seconds: f64,
+    /// Wall time of each stage, in the order they ran: `source` (listing,
+    /// parsing and the anti-join with committed episodes),
+    /// `extract_entities`, `classify_entities`, `extract_facts`,
+    /// `classify_facts`, `resolve` (resolution and building the rows) and
+    /// `commit` (opening the graph for writing, the table commits and the
+    /// runs row).
+    pub stage_seconds: Vec<(&'static str, f64)>,
 }
 
 impl RunReport {
+    /// Seconds spent in `stage` (0 when it did not run).
+    pub fn stage(&self, stage: &str) -> f64 {
+        self.stage_seconds
+            .iter()
+            .filter(|(s, _)| *s == stage)
+            .map(|(_, t)| t)
+            .sum()
+    }
+
+    fn time(&mut self, stage: &'static str, since: Instant) -> Instant {
+        let now = Instant::now();
+        self.stage_seconds
+            .push((stage, (now - since).as_secs_f64()));
+        now
+    }
+
     /// LLM calls per processed episode.
     pub fn calls_per_episode(&self) -> f64 {
         let calls: usize = self.calls_by_stage.values().sum();
@@ -325,6 +348,7 @@ pub async fn run(
         episodes_seen: loaded.episodes.len(),
         ..RunReport::default()
     };
+    let mut mark = report.time("source", started);
     let ids: Vec<String> = loaded
         .episodes
         .iter()
@@ -351,6 +375,7 @@ pub async fn run(
     }
 
     let mut tx = store.begin("run", group_id).await?;
+    report.time("open", mark);
     let outcome = execute(
         spec,
         ontology,
@@ -363,11 +388,13 @@ pub async fn run(
     )
     .await;
     match outcome {
-        Ok((writes, stats)) => {
+        Ok((writes, stats, since)) => {
+            mark = since;
             for (table, mode, batch) in writes {
                 tx.stage(table, mode, vec![batch]);
             }
             let run = tx.commit(stats).await?;
+            report.time("commit", mark);
             report.run = Some(run);
             report.seconds = started.elapsed().as_secs_f64();
             Ok(report)
@@ -391,9 +418,11 @@ async fn execute(
     ids: &[String],
     tx: &mut crate::store::Transaction,
     report: &mut RunReport,
-) -> Result<(Writes, RunStats), RunError> {
+) -> Result<(Writes, RunStats, Instant), RunError> {
     let run_id = tx.run_id().to_string();
+    let mut mark = Instant::now();
     let ctx = tx.base_context().await?;
+    mark = report.time("open", mark);
     let fresh = new_episode_ids(&ctx, ids).await?;
     let all = &loaded.episodes;
     let mut todo: Vec<usize> = (0..all.len())
@@ -411,7 +440,11 @@ async fn execute(
         .map(|f| f.to_row(&run_id, Utc::now()))
         .collect();
 
-    let cache = if spec.llm.cache && options.cache != CacheMode::Off {
+    // --replay reads the cache even with llm.cache = false: the flag asks
+    // for exactly that, and without a cache it could only fail every call.
+    let cache = if (spec.llm.cache && options.cache != CacheMode::Off)
+        || options.cache == CacheMode::Replay
+    {
         let location = match &spec.llm.cache_url {
             Some(u) => u.clone(),
             None => format!("{}_cache/llm/", store.url()),
@@ -427,6 +460,7 @@ async fn execute(
     let client = LlmClient::new(&spec.llm, cache, &run_id)?;
     let concurrency = (spec.llm.max_concurrency as usize).max(1);
     let xs = &spec.extract;
+    mark = report.time("source", mark);
 
     // 1. Entities, one call per episode.
     let mut progress = Progress::new("entities", todo.len(), options.progress_bar);
@@ -475,6 +509,8 @@ async fn execute(
         }
     }
 
+    mark = report.time("extract_entities", mark);
+
     // 2. The entity subtype walk, batched across episodes.
     let (walk, rej) =
         crate::classify::walk_entities(&client, ontology, xs, concurrency, &mut mentions).await;
@@ -484,6 +520,7 @@ async fn execute(
         walk.refined
     );
     rejected.extend(rej);
+    mark = report.time("classify_entities", mark);
 
     // 3. Facts, one call per episode with two or more entities.
     let with_entities: Vec<usize> = todo
@@ -541,6 +578,7 @@ async fn execute(
         }
     }
     progress.finish();
+    mark = report.time("extract_facts", mark);
 
     // 4. The edge subtype walk.
     let index_of: HashMap<&str, usize> = all
@@ -573,6 +611,7 @@ async fn execute(
         walk.refined
     );
     rejected.extend(rej);
+    mark = report.time("classify_facts", mark);
 
     // 5. Rows. An episode counts only when both of its calls succeeded;
     // otherwise its output is dropped and it is retried by the next run.
@@ -660,6 +699,7 @@ async fn execute(
         &run_facts,
     )
     .await?;
+    mark = report.time("resolve", mark);
     failures.extend(resolved.failures);
     report.ambiguous_entities = resolved.ambiguous;
     report.adjudicated_merges = resolved.adjudicated;
@@ -785,5 +825,5 @@ async fn execute(
         cost_usd: totals.cost_usd,
         ontology_hash: hash,
     };
-    Ok((writes, stats))
+    Ok((writes, stats, mark))
 }

@@ -2,8 +2,13 @@
 //! time. `bench llm` drives the real client and limiter against the
 //! faithful test server and reports how close to each limit it ran;
 //! `bench resolve` ([`resolution`]) runs entity resolution over synthetic
-//! mentions and nodes with known duplicates.
+//! mentions and nodes with known duplicates; `bench add` ([`add`]) loads
+//! synthetic nodes and facts; `bench run` ([`pipeline`]) runs the whole
+//! pipeline over a synthetic archive against the test server, then
+//! replays it from the response cache.
 
+pub mod add;
+pub mod pipeline;
 pub mod resolution;
 
 use std::sync::Arc;

@@ -54,7 +54,7 @@ pub struct ResolveBench {
 
 /// Syllables: onset + vowel + coda, 1,792 of them, so names share
 /// trigrams about as unevenly as real ones do.
-fn syllables() -> &'static [String] {
+pub(crate) fn syllables() -> &'static [String] {
     static LIST: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     LIST.get_or_init(|| {
         const ONSETS: [&str; 28] = [
@@ -82,7 +82,7 @@ const SUFFIXES: [(&str, &str); 4] = [
     ("GmbH", "GmbH"),
 ];
 
-fn word(rng: &mut StdRng, count: usize) -> String {
+pub(crate) fn word(rng: &mut StdRng, count: usize) -> String {
     let list = syllables();
     let mut w = String::new();
     for _ in 0..count {
@@ -360,7 +360,7 @@ fn mentions(b: &ResolveBench) -> (Vec<MentionKey>, Vec<Truth>, Vec<&'static str>
     (out, truth, kinds)
 }
 
-/// Errors of the resolution bench.
+/// Errors of the benches.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// Writing the synthetic nodes failed.
@@ -375,6 +375,9 @@ pub enum BenchError {
     /// Resolution failed.
     #[error("resolution: {0}")]
     DataFusion(#[from] datafusion::error::DataFusionError),
+    /// A step of the run or add bench failed (the message says which).
+    #[error("bench: {0}")]
+    Step(String),
 }
 
 /// Figures of one bench run.

@@ -13,7 +13,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
-/// How a run uses the cache (`--no-cache`, `--refresh-cache`).
+/// How a run uses the cache (`--no-cache`, `--refresh-cache`, `--replay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheMode {
     /// Read hits, write misses.
@@ -23,6 +23,10 @@ pub enum CacheMode {
     Refresh,
     /// Neither read nor write.
     Off,
+    /// Read hits and never call the model (`graphloom run --replay`): a
+    /// request without a cached reply fails with
+    /// [`crate::llm::LlmError::NotCached`]. Nothing is written.
+    Replay,
 }
 
 /// A cached reply.
@@ -93,6 +97,11 @@ impl ResponseCache {
         self.mode
     }
 
+    /// Whether a miss must fail instead of calling the model.
+    pub fn replay_only(&self) -> bool {
+        self.mode == CacheMode::Replay
+    }
+
     fn path(&self, key: &str) -> Path {
         let shard = &key[..2.min(key.len())];
         self.prefix.clone().join(shard).join(format!("{key}.json"))
@@ -100,7 +109,7 @@ impl ResponseCache {
 
     /// The entry for `key`, if reading is on and a readable entry exists.
     pub async fn get(&self, key: &str) -> Option<CachedReply> {
-        if self.mode != CacheMode::ReadWrite {
+        if !matches!(self.mode, CacheMode::ReadWrite | CacheMode::Replay) {
             return None;
         }
         let got = self.store.get(&self.path(key)).await.ok()?;
@@ -117,7 +126,7 @@ impl ResponseCache {
     /// Stores an entry (unless the cache is off). A failed write only logs:
     /// the reply is still good.
     pub async fn put(&self, key: &str, entry: &CachedReply) {
-        if self.mode == CacheMode::Off {
+        if matches!(self.mode, CacheMode::Off | CacheMode::Replay) {
             return;
         }
         let Ok(bytes) = serde_json::to_vec(entry) else {

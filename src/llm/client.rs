@@ -63,6 +63,12 @@ pub enum LlmError {
     /// The client could not be built.
     #[error("cannot set up the LLM client: {0}")]
     Setup(String),
+    /// Replay mode (`graphloom run --replay`) and the response cache holds
+    /// no reply for this request: nothing was sent.
+    #[error(
+        "{stage}: no reply for this request in the response cache, and --replay makes no LLM calls (run without --replay to ask the model)"
+    )]
+    NotCached { stage: String },
 }
 
 impl LlmError {
@@ -75,6 +81,7 @@ impl LlmError {
             LlmError::InvalidReply { .. } => "invalid_reply",
             LlmError::Truncated { .. } => "truncated",
             LlmError::Setup(_) => "setup",
+            LlmError::NotCached { .. } => "not_cached",
         }
     }
 }
@@ -361,6 +368,11 @@ impl LlmClient {
             1 => StructuredOutput::JsonObject,
             _ => StructuredOutput::Prompt,
         }
+    }
+
+    /// Whether misses fail instead of calling the model (replay).
+    fn replay_only(&self) -> bool {
+        self.cache.as_ref().is_some_and(ResponseCache::replay_only)
     }
 
     /// The model name calls are sent with.
@@ -779,6 +791,23 @@ impl LlmClient {
                 attempts: 0,
             });
         }
+        if self.replay_only() {
+            let error = LlmError::NotCached {
+                stage: req.stage.clone(),
+            };
+            self.record(self.row(
+                &req.stage,
+                &self.settings.model,
+                req.item.as_ref(),
+                Usage::default(),
+                0,
+                false,
+                Duration::ZERO,
+                Duration::ZERO,
+                Some(&error),
+            ));
+            return Err(error);
+        }
 
         let mut messages = req.messages.clone();
         let mut usage = Usage::default();
@@ -920,6 +949,23 @@ impl LlmClient {
             }
         }
         let hits = texts.len() - missing.len();
+        if !missing.is_empty() && self.replay_only() {
+            let error = LlmError::NotCached {
+                stage: stage.to_string(),
+            };
+            self.record(self.row(
+                stage,
+                &model,
+                Some(&format!("{} texts", missing.len())),
+                Usage::default(),
+                0,
+                false,
+                Duration::ZERO,
+                Duration::ZERO,
+                Some(&error),
+            ));
+            return Err(error);
+        }
         if hits > 0 {
             self.record(self.row(
                 stage,
