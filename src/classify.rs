@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use serde::Deserialize;
@@ -107,19 +108,32 @@ fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes:
     })
 }
 
-/// Sends a level's batches, `concurrency` at a time.
+/// Sends a level's batches, `concurrency` at a time, each call a task of
+/// its own (so that cache hits are parsed on every core).
 async fn send(
-    client: &LlmClient,
+    client: &Arc<LlmClient>,
     concurrency: usize,
     requests: Vec<(Batch, ChatRequest, Value)>,
 ) -> Vec<(Batch, Result<ClassifyReply, LlmError>)> {
     futures::stream::iter(requests)
-        .map(|(b, req, schema)| async move {
-            let r = client
-                .chat_json_with_schema::<ClassifyReply>(req, schema)
-                .await
-                .map(|r| r.value);
-            (b, r)
+        .map(|(b, req, schema)| {
+            let client = client.clone();
+            let task = tokio::spawn(async move {
+                client
+                    .chat_json_with_schema::<ClassifyReply>(req, schema)
+                    .await
+                    .map(|r| r.value)
+            });
+            async move {
+                let r = match task.await {
+                    Ok(r) => r,
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(e) => panic!("a classification task was cancelled: {e}"),
+                    },
+                };
+                (b, r)
+            }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
@@ -145,7 +159,7 @@ fn by_position(items: Vec<ItemOut>, n: usize) -> Vec<Option<ItemOut>> {
 
 /// Runs the entity subtype walk over `mentions` in place.
 pub async fn walk_entities(
-    client: &LlmClient,
+    client: &Arc<LlmClient>,
     ontology: &Ontology,
     spec: &ExtractSpec,
     concurrency: usize,
@@ -300,7 +314,7 @@ fn entity_request(
 /// Runs the edge subtype walk over `facts` in place; `mentions` gives each
 /// fact's endpoints (by episode).
 pub async fn walk_facts(
-    client: &LlmClient,
+    client: &Arc<LlmClient>,
     ontology: &Ontology,
     spec: &ExtractSpec,
     concurrency: usize,

@@ -217,6 +217,12 @@ pub fn typed_attributes(properties: &[PropertySpec], given: &[AttributeOut]) -> 
 pub fn context_of(content: &str, name: &str, width: usize) -> String {
     let lower = content.to_lowercase();
     let chars: Vec<char> = content.chars().collect();
+    context_in(&chars, &lower, name, width)
+}
+
+/// [`context_of`] with the content's characters and its lower case
+/// computed once for all the names of an episode.
+fn context_in(chars: &[char], lower: &str, name: &str, width: usize) -> String {
     let at = lower
         .find(&name.to_lowercase())
         .map(|byte| lower[..byte].chars().count())
@@ -279,13 +285,74 @@ fn custom(spec: &ExtractSpec) -> String {
     }
 }
 
-/// The prompt, schema and bound of an entity call (also used by the dry run).
+/// The parts of the extraction prompts that depend only on the ontology
+/// and the spec (system prompts, the entity reply schema, the type names
+/// an entity may not be called), built once per run instead of per call.
+#[derive(Debug, Clone)]
+pub struct Prompts {
+    entity_system: String,
+    entity_schema: Value,
+    fact_system: String,
+    type_words: Vec<String>,
+}
+
+impl Prompts {
+    /// The prompts of `ontology` under `spec`.
+    pub fn new(ontology: &Ontology, spec: &ExtractSpec) -> Self {
+        let (entity_system, entity_schema) = entity_prompt(ontology, spec);
+        Prompts {
+            entity_system,
+            entity_schema,
+            fact_system: fact_prompt(ontology, spec),
+            type_words: ontology
+                .entity_types
+                .keys()
+                .map(|k| normalize_name(k))
+                .collect(),
+        }
+    }
+
+    /// The request of an entity call; its schema is [`Prompts::entity_schema`].
+    pub fn entity_request(
+        &self,
+        spec: &ExtractSpec,
+        episode: &Episode,
+        context: &[&Episode],
+    ) -> ChatRequest {
+        ChatRequest {
+            stage: "extract_entities".into(),
+            item: Some(episode.episode_id.clone()),
+            messages: vec![
+                Message::system(self.entity_system.clone()),
+                Message::user(episode_block(episode, context, spec.context_chars)),
+            ],
+            max_tokens: spec.entity_max_tokens,
+            prompt_version: PROMPT_VERSION.into(),
+        }
+    }
+
+    /// The reply schema of every entity call.
+    pub fn entity_schema(&self) -> &Value {
+        &self.entity_schema
+    }
+}
+
+/// The prompt, schema and bound of an entity call.
 pub fn entity_request(
     ontology: &Ontology,
     spec: &ExtractSpec,
     episode: &Episode,
     context: &[&Episode],
 ) -> (ChatRequest, Value) {
+    let prompts = Prompts::new(ontology, spec);
+    (
+        prompts.entity_request(spec, episode, context),
+        prompts.entity_schema,
+    )
+}
+
+/// The system prompt and reply schema of entity calls.
+fn entity_prompt(ontology: &Ontology, spec: &ExtractSpec) -> (String, Value) {
     let tops: Vec<&crate::ontology::TypeNode> = ontology.entity_tree.top_level().collect();
     let mut types = String::new();
     let mut type_names: Vec<String> = Vec::new();
@@ -315,7 +382,6 @@ pub fn entity_request(
          ENTITY TYPES:\n{types}{}",
         custom(spec)
     );
-    let user = episode_block(episode, context, spec.context_chars);
     let attribute_name = if property_names.is_empty() {
         json!({"type": "string"})
     } else {
@@ -349,16 +415,7 @@ pub fn entity_request(
         "required": ["entities"],
         "additionalProperties": false
     });
-    (
-        ChatRequest {
-            stage: "extract_entities".into(),
-            item: Some(episode.episode_id.clone()),
-            messages: vec![Message::system(system), Message::user(user)],
-            max_tokens: spec.entity_max_tokens,
-            prompt_version: PROMPT_VERSION.into(),
-        },
-        schema,
-    )
+    (system, schema)
 }
 
 async fn within_budget<T>(
@@ -385,24 +442,23 @@ pub async fn extract_entities(
     client: &LlmClient,
     ontology: &Ontology,
     spec: &ExtractSpec,
+    prompts: &Prompts,
     episode: &Episode,
     context: &[&Episode],
 ) -> Result<(Vec<Mention>, Vec<Rejected>), LlmError> {
-    let (request, schema) = entity_request(ontology, spec, episode, context);
+    let request = prompts.entity_request(spec, episode, context);
     let reply = within_budget(
         spec,
         "extract_entities",
-        client.chat_json_with_schema::<EntityReply>(request, schema),
+        client.chat_json_with_schema_ref::<EntityReply>(request, prompts.entity_schema()),
     )
     .await?;
     let mut mentions: Vec<Mention> = Vec::new();
     let mut rejected = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    let type_words: Vec<String> = ontology
-        .entity_types
-        .keys()
-        .map(|k| normalize_name(k))
-        .collect();
+    let type_words = &prompts.type_words;
+    let lower = episode.content.to_lowercase();
+    let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
         let name = e
             .name
@@ -474,7 +530,7 @@ pub async fn extract_entities(
         seen.insert(normalized, mentions.len());
         mentions.push(Mention {
             episode_id: episode.episode_id.clone(),
-            context: context_of(&episode.content, &name, 160),
+            context: context_in(&chars, &lower, &name, 160),
             name,
             chain,
             attributes,
@@ -491,18 +547,18 @@ pub fn fact_request(
     context: &[&Episode],
     mentions: &[Mention],
 ) -> (ChatRequest, Value) {
+    fact_request_with(&fact_prompt(ontology, spec), spec, episode, context, mentions)
+}
+
+/// The system prompt of fact calls.
+fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     let mut types = String::new();
     for t in ontology.edge_tree.top_level() {
         if let Some(et) = ontology.edge_types.get(&t.name) {
             let _ = writeln!(types, "{}", describe_edge_type(&t.name, et));
         }
     }
-    let entities: String = mentions
-        .iter()
-        .map(|m| format!("- {} ({})\n", m.name, m.type_name()))
-        .collect();
-    let names: Vec<&str> = mentions.iter().map(|m| m.name.as_str()).collect();
-    let system = format!(
+    format!(
         "You read one episode from an organisation's records and the list of entities found in it, and state the facts the episode gives about relationships between two of those entities.\n\
          Rules:\n\
          - source and target: names copied exactly from ENTITIES; two different entities.\n\
@@ -513,7 +569,22 @@ pub fn fact_request(
          - Write the JSON compactly on one line.\n\n\
          FACT TYPES:\n{types}{}",
         custom(spec)
-    );
+    )
+}
+
+/// [`fact_request`] with the system prompt built already.
+fn fact_request_with(
+    system: &str,
+    spec: &ExtractSpec,
+    episode: &Episode,
+    context: &[&Episode],
+    mentions: &[Mention],
+) -> (ChatRequest, Value) {
+    let mut entities = String::new();
+    for m in mentions {
+        let _ = writeln!(entities, "- {} ({})", m.name, m.type_name());
+    }
+    let names: Vec<&str> = mentions.iter().map(|m| m.name.as_str()).collect();
     let user = format!(
         "ENTITIES:\n{entities}\n{}",
         episode_block(episode, context, spec.context_chars)
@@ -581,6 +652,7 @@ pub async fn extract_facts(
     client: &LlmClient,
     ontology: &Ontology,
     spec: &ExtractSpec,
+    prompts: &Prompts,
     episode: &Episode,
     context: &[&Episode],
     mentions: &[Mention],
@@ -588,7 +660,8 @@ pub async fn extract_facts(
     if mentions.len() < 2 {
         return Ok((Vec::new(), Vec::new()));
     }
-    let (request, schema) = fact_request(ontology, spec, episode, context, mentions);
+    let (request, schema) =
+        fact_request_with(&prompts.fact_system, spec, episode, context, mentions);
     let reply = within_budget(
         spec,
         "extract_facts",

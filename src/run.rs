@@ -168,19 +168,60 @@ pub async fn new_episode_ids(
     Ok(out)
 }
 
-/// Earlier episodes of the same document, most recent last.
-fn context_for(all: &[Episode], index: usize, n: usize) -> Vec<&Episode> {
-    let ep = &all[index];
-    let Some(doc) = &ep.document_id else {
-        return Vec::new();
-    };
-    let mut earlier: Vec<&Episode> = all[..index]
-        .iter()
-        .filter(|e| e.document_id.as_ref() == Some(doc) && e.group_id == ep.group_id)
-        .collect();
-    let skip = earlier.len().saturating_sub(n);
-    earlier.drain(..skip);
-    earlier
+/// The episodes of each document (by group), in archive order, so that an
+/// episode's context is found without scanning the archive before it.
+struct Documents<'a> {
+    all: &'a [Episode],
+    positions: HashMap<(&'a str, &'a str), Vec<usize>>,
+}
+
+impl<'a> Documents<'a> {
+    fn new(all: &'a [Episode]) -> Self {
+        let mut positions: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for (i, e) in all.iter().enumerate() {
+            if let Some(doc) = &e.document_id {
+                positions
+                    .entry((e.group_id.as_str(), doc.as_str()))
+                    .or_default()
+                    .push(i);
+            }
+        }
+        Documents { all, positions }
+    }
+
+    /// Up to `n` earlier episodes of the same document, most recent last.
+    fn context_for(&self, index: usize, n: usize) -> Vec<&'a Episode> {
+        let ep = &self.all[index];
+        let Some(doc) = &ep.document_id else {
+            return Vec::new();
+        };
+        let Some(list) = self.positions.get(&(ep.group_id.as_str(), doc.as_str())) else {
+            return Vec::new();
+        };
+        let end = list.partition_point(|&p| p < index);
+        list[end.saturating_sub(n)..end]
+            .iter()
+            .map(|&p| &self.all[p])
+            .collect()
+    }
+}
+
+/// What the extraction tasks of a run share.
+struct Shared {
+    ontology: Ontology,
+    spec: ExtractSpec,
+    prompts: extract::Prompts,
+}
+
+/// The output of a finished task; a task that panicked panics here too.
+fn joined<T>(r: Result<T, tokio::task::JoinError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("an extraction task was cancelled: {e}"),
+        },
+    }
 }
 
 /// Progress of one phase: a bar on a terminal, log lines otherwise.
@@ -284,9 +325,11 @@ pub fn plan(
         calls: n,
         ..StagePlan::default()
     };
+    let documents = Documents::new(all);
+    let prompts = extract::Prompts::new(ontology, spec);
     for &i in todo {
-        let context = context_for(all, i, spec.context_episodes);
-        let (req, _) = extract::entity_request(ontology, spec, &all[i], &context);
+        let context = documents.context_for(i, spec.context_episodes);
+        let req = prompts.entity_request(spec, &all[i], &context);
         let prompt = crate::llm::client::estimate_tokens(&req.messages);
         entity.prompt_tokens += prompt;
         entity.max_completion_tokens += req.max_tokens as u64;
@@ -457,36 +500,60 @@ async fn execute(
     } else {
         None
     };
-    let client = LlmClient::new(&spec.llm, cache, &run_id)?;
+    let client = Arc::new(LlmClient::new(&spec.llm, cache, &run_id)?);
     let concurrency = (spec.llm.max_concurrency as usize).max(1);
     let xs = &spec.extract;
     mark = report.time("source", mark);
+
+    let documents = &Documents::new(all);
+    // Each episode's calls run as a task of their own, so that building
+    // prompts, hashing cache keys and parsing replies use every core (a
+    // replay from the cache is nothing but that work).
+    let shared = Arc::new(Shared {
+        ontology: ontology.clone(),
+        spec: xs.clone(),
+        prompts: extract::Prompts::new(ontology, xs),
+    });
 
     // 1. Entities, one call per episode.
     let mut progress = Progress::new("entities", todo.len(), options.progress_bar);
     let mut entity_results: HashMap<usize, Result<Vec<Mention>, LlmError>> = HashMap::new();
     let mut rejected: Vec<Rejected> = Vec::new();
     {
-        let client = &client;
         let mut stream = futures::stream::iter(todo.iter().copied())
-            .map(|i| async move {
-                let context = context_for(all, i, xs.context_episodes);
-                (
-                    i,
-                    extract::extract_entities(client, ontology, xs, &all[i], &context).await,
-                )
+            .map(|i| {
+                let (client, shared) = (client.clone(), shared.clone());
+                let episode = all[i].clone();
+                let context: Vec<Episode> = documents
+                    .context_for(i, xs.context_episodes)
+                    .into_iter()
+                    .cloned()
+                    .collect();
+                let task = tokio::spawn(async move {
+                    let context: Vec<&Episode> = context.iter().collect();
+                    let s = &*shared;
+                    extract::extract_entities(
+                        &client,
+                        &s.ontology,
+                        &s.spec,
+                        &s.prompts,
+                        &episode,
+                        &context,
+                    )
+                    .await
+                });
+                async move { (i, joined(task.await)) }
             })
             .buffer_unordered(concurrency * 2);
+        let mut entity_failures = 0;
         while let Some((i, r)) = stream.next().await {
             let r = r.map(|(m, rej)| {
                 rejected.extend(rej);
                 m
             });
+            entity_failures += usize::from(r.is_err());
             entity_results.insert(i, r);
-            progress.tick(
-                client,
-                entity_results.values().filter(|r| r.is_err()).count(),
-            );
+            progress.tick(&client, entity_failures);
         }
     }
     progress.finish();
@@ -532,25 +599,34 @@ async fn execute(
     let mut facts: Vec<FactMention> = Vec::new();
     let mut fact_owner: Vec<usize> = Vec::new();
     {
-        let client = &client;
         let mentions = &mentions;
         let mention_range = &mention_range;
         let mut stream = futures::stream::iter(with_entities.iter().copied())
-            .map(|i| async move {
+            .map(|i| {
+                let (client, shared) = (client.clone(), shared.clone());
                 let (a, b) = mention_range[&i];
-                let context = context_for(all, i, xs.context_episodes);
-                (
-                    i,
+                let own: Vec<Mention> = mentions[a..b].to_vec();
+                let episode = all[i].clone();
+                let context: Vec<Episode> = documents
+                    .context_for(i, xs.context_episodes)
+                    .into_iter()
+                    .cloned()
+                    .collect();
+                let task = tokio::spawn(async move {
+                    let context: Vec<&Episode> = context.iter().collect();
+                    let s = &*shared;
                     extract::extract_facts(
-                        client,
-                        ontology,
-                        xs,
-                        &all[i],
+                        &client,
+                        &s.ontology,
+                        &s.spec,
+                        &s.prompts,
+                        &episode,
                         &context,
-                        &mentions[a..b],
+                        &own,
                     )
-                    .await,
-                )
+                    .await
+                });
+                async move { (i, joined(task.await)) }
             })
             .buffer_unordered(concurrency * 2);
         let mut replies = HashMap::new();
@@ -558,7 +634,7 @@ async fn execute(
         while let Some((i, r)) = stream.next().await {
             fact_failures += usize::from(r.is_err());
             replies.insert(i, r);
-            progress.tick(client, failed.len() + fact_failures);
+            progress.tick(&client, failed.len() + fact_failures);
         }
         // Facts in episode order, not in the order replies arrived: the edge
         // walk batches them by position, and its requests (hence cache keys)

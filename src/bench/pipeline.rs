@@ -73,6 +73,8 @@ pub struct PassReport {
     pub cpu_seconds: Option<f64>,
     /// `/proc/loadavg` (1-minute) before and after.
     pub load: (Option<f64>, Option<f64>),
+    /// Peak resident memory of the process during the run (Linux).
+    pub peak_rss: Option<u64>,
 }
 
 impl PassReport {
@@ -594,6 +596,13 @@ fn spec_for(
     Ok((spec, ontology))
 }
 
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
@@ -627,6 +636,8 @@ async fn pass(
         ..RunOptions::default()
     };
     server.take_requests();
+    // Peak memory of this run only: reset the high-water mark first.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
     let load_before = load_average();
     let cpu_before = cpu_seconds();
     let run = crate::run::run(spec, ontology, &store, &options)
@@ -641,6 +652,7 @@ async fn pass(
         http_requests: server.take_requests().len(),
         cpu_seconds: cpu,
         load: (load_before, load_average()),
+        peak_rss: peak_rss(),
     })
 }
 
@@ -709,7 +721,7 @@ fn load_text(p: &PassReport) -> String {
 
 fn pass_line(name: &str, p: &PassReport) -> String {
     format!(
-        "  {name}: {:.2} s = {:.0} episodes/s; {} calls ({} from the cache), {} HTTP requests; {} episodes added, +{} nodes, +{} edges, {} failures; CPU {}; {}",
+        "  {name}: {:.2} s = {:.0} episodes/s; {} calls ({} from the cache), {} HTTP requests; {} episodes added, +{} nodes, +{} edges, {} failures; CPU {}, peak memory {}; {}",
         p.run.seconds,
         p.episodes_per_second(),
         p.calls(),
@@ -721,6 +733,10 @@ fn pass_line(name: &str, p: &PassReport) -> String {
         p.run.failures_by_stage.values().sum::<usize>(),
         p.cpu_seconds
             .map_or("?".to_string(), |c| format!("{c:.2} s")),
+        p.peak_rss.map_or("?".to_string(), |b| format!(
+            "{:.2} GiB",
+            b as f64 / (1u64 << 30) as f64
+        )),
         load_text(p),
     )
 }

@@ -48,6 +48,10 @@ pub struct ResponseCache {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     mode: CacheMode,
+    /// For a cache on the local file system, the directory of `prefix`:
+    /// entries are read from it directly, without the object store's
+    /// path-to-URL-to-path translation (a replay reads one per call).
+    local_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ResponseCache {
@@ -59,11 +63,18 @@ impl std::fmt::Debug for ResponseCache {
     }
 }
 
-/// Hashes the parts of a request that decide its reply.
-pub fn cache_key(parts: &serde_json::Value) -> String {
-    blake3::hash(parts.to_string().as_bytes())
-        .to_hex()
-        .to_string()
+/// Hashes the parts of a request that decide its reply: BLAKE3 of their
+/// compact JSON (exactly `serde_json::to_string(parts)`), streamed into
+/// the hasher instead of built as a string first.
+pub fn cache_key<T: Serialize + ?Sized>(parts: &T) -> String {
+    let mut hasher = blake3::Hasher::new();
+    {
+        let mut out = std::io::BufWriter::with_capacity(16 * 1024, &mut hasher);
+        // Writing into a hasher cannot fail, and the parts are plain data.
+        let _ = serde_json::to_writer(&mut out, parts);
+        let _ = std::io::Write::flush(&mut out);
+    }
+    hasher.finalize().to_hex().to_string()
 }
 
 impl ResponseCache {
@@ -73,6 +84,7 @@ impl ResponseCache {
             store,
             prefix,
             mode,
+            local_dir: None,
         }
     }
 
@@ -85,11 +97,19 @@ impl ResponseCache {
     ) -> Result<Self, crate::objstore::LocationError> {
         let url = crate::objstore::parse_dir_url(location)?;
         let store = crate::objstore::store_for(&url, options)?;
-        Ok(ResponseCache::new(
-            store,
-            crate::objstore::path_of(&url),
-            mode,
-        ))
+        let prefix = crate::objstore::path_of(&url);
+        // The directory the local store keeps `prefix` in, as it maps it.
+        let local_dir = (url.scheme() == "file")
+            .then(|| {
+                object_store::local::LocalFileSystem::new()
+                    .path_to_filesystem(&prefix)
+                    .ok()
+            })
+            .flatten();
+        Ok(ResponseCache {
+            local_dir,
+            ..ResponseCache::new(store, prefix, mode)
+        })
     }
 
     /// The mode in effect.
@@ -112,8 +132,22 @@ impl ResponseCache {
         if !matches!(self.mode, CacheMode::ReadWrite | CacheMode::Replay) {
             return None;
         }
-        let got = self.store.get(&self.path(key)).await.ok()?;
-        let bytes = got.bytes().await.ok()?;
+        let bytes: bytes::Bytes = match &self.local_dir {
+            Some(dir) => {
+                let file = dir
+                    .join(&key[..2.min(key.len())])
+                    .join(format!("{key}.json"));
+                tokio::task::spawn_blocking(move || std::fs::read(file))
+                    .await
+                    .ok()?
+                    .ok()?
+                    .into()
+            }
+            None => {
+                let got = self.store.get(&self.path(key)).await.ok()?;
+                got.bytes().await.ok()?
+            }
+        };
         match serde_json::from_slice(&bytes) {
             Ok(entry) => Some(entry),
             Err(e) => {

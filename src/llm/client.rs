@@ -201,6 +201,31 @@ pub struct LlmTotals {
     pub cost_usd: Option<f64>,
 }
 
+/// What decides a chat reply: the cache key hashes the compact JSON of
+/// this, so the field names and their order are part of every key ever
+/// written and must not change (a test checks them against the object
+/// they were first written as).
+#[derive(Serialize)]
+struct ChatKey<'a> {
+    kind: &'static str,
+    model: &'a str,
+    messages: &'a [Message],
+    schema: &'a Value,
+    level: u8,
+    temperature: f64,
+    max_tokens: u32,
+    extra_body: &'a serde_json::Map<String, Value>,
+    prompt_version: &'a str,
+}
+
+/// What decides an embedding: as [`ChatKey`], for one input text.
+#[derive(Serialize)]
+struct EmbeddingKey<'a> {
+    kind: &'static str,
+    model: &'a str,
+    input: &'a str,
+}
+
 /// Estimates the prompt tokens of messages before sending: one token per
 /// three characters plus a few per message, on the high side of real
 /// tokenizers so that reservations rarely fall short.
@@ -239,8 +264,16 @@ pub struct LlmClient {
     /// Structured-output level in use; only ever moves down.
     mode: AtomicU8,
     run_id: String,
-    calls: Mutex<Vec<LlmCallRow>>,
+    calls: Mutex<Calls>,
     rng: Mutex<rand::rngs::StdRng>,
+}
+
+/// The accounting rows so far and the tokens they used (hits excluded),
+/// kept as a running total so progress displays cost nothing per call.
+#[derive(Default)]
+struct Calls {
+    rows: Vec<LlmCallRow>,
+    tokens: u64,
 }
 
 impl std::fmt::Debug for LlmClient {
@@ -355,7 +388,7 @@ impl LlmClient {
             cache,
             mode: AtomicU8::new(mode_level(spec.structured_output)),
             run_id: run_id.to_string(),
-            calls: Mutex::new(Vec::new()),
+            calls: Mutex::new(Calls::default()),
             rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
         })
     }
@@ -685,10 +718,11 @@ impl LlmClient {
     }
 
     fn record(&self, row: LlmCallRow) {
-        self.calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(row);
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if !row.cache_hit {
+            calls.tokens += (row.prompt_tokens + row.completion_tokens) as u64;
+        }
+        calls.rows.push(row);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -749,19 +783,32 @@ impl LlmClient {
     where
         T: DeserializeOwned,
     {
+        self.chat_json_with_schema_ref(req, &schema).await
+    }
+
+    /// [`LlmClient::chat_json_with_schema`] with a borrowed schema, for
+    /// callers that send one schema with many requests.
+    pub async fn chat_json_with_schema_ref<T>(
+        &self,
+        req: ChatRequest,
+        schema: &Value,
+    ) -> Result<ChatReply<T>, LlmError>
+    where
+        T: DeserializeOwned,
+    {
         let mut level = self.mode.load(Ordering::SeqCst);
         let key_for = |level: u8| {
-            cache_key(&json!({
-                "kind": "chat",
-                "model": self.settings.model,
-                "messages": req.messages,
-                "schema": schema,
-                "level": level,
-                "temperature": self.settings.temperature,
-                "max_tokens": req.max_tokens,
-                "extra_body": self.settings.extra_body,
-                "prompt_version": req.prompt_version,
-            }))
+            cache_key(&ChatKey {
+                kind: "chat",
+                model: &self.settings.model,
+                messages: &req.messages,
+                schema,
+                level,
+                temperature: self.settings.temperature,
+                max_tokens: req.max_tokens,
+                extra_body: &self.settings.extra_body,
+                prompt_version: &req.prompt_version,
+            })
         };
         let mut key = key_for(level);
         if let Some(cache) = &self.cache
@@ -814,7 +861,7 @@ impl LlmClient {
         let (mut attempts, mut http_time, mut wait_time) = (0u32, Duration::ZERO, Duration::ZERO);
         let mut repaired = false;
         let result: Result<(T, String), LlmError> = loop {
-            let body = self.chat_body(&messages, &schema, req.max_tokens, level);
+            let body = self.chat_body(&messages, schema, req.max_tokens, level);
             let est = estimate_tokens(&messages) + req.max_tokens as u64;
             let exchange = match self
                 .exchange(&req.stage, "chat/completions", &body, est, Some(level))
@@ -935,7 +982,13 @@ impl LlmClient {
         let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
         let keys: Vec<String> = texts
             .iter()
-            .map(|t| cache_key(&json!({"kind": "embedding", "model": model, "input": t})))
+            .map(|t| {
+                cache_key(&EmbeddingKey {
+                    kind: "embedding",
+                    model: &model,
+                    input: t,
+                })
+            })
             .collect();
         let mut missing = Vec::new();
         for (i, key) in keys.iter().enumerate() {
@@ -1075,17 +1128,12 @@ impl LlmClient {
     /// Calls and tokens so far, for progress displays.
     pub fn progress(&self) -> (usize, u64) {
         let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        let tokens = calls
-            .iter()
-            .filter(|c| !c.cache_hit)
-            .map(|c| (c.prompt_tokens + c.completion_tokens) as u64)
-            .sum();
-        (calls.len(), tokens)
+        (calls.rows.len(), calls.tokens)
     }
 
     /// The accounting rows so far, leaving none behind.
     pub fn take_calls(&self) -> Vec<LlmCallRow> {
-        std::mem::take(&mut *self.calls.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.calls.lock().unwrap_or_else(|p| p.into_inner())).rows
     }
 
     /// Totals over `rows` with this client's prices.
@@ -1142,3 +1190,56 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Shared handle to a run's client.
 pub type SharedClient = Arc<LlmClient>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_keys_are_those_of_the_json_objects_they_were_first_written_as() {
+        let messages = vec![
+            Message::system("Rules:\n- \"quoted\", tabs\t, ünïcödé → and \u{1f600}"),
+            Message::user("<CURRENT EPISODE kind=\"message\">\nhi\n</CURRENT EPISODE>"),
+        ];
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "y"]}}});
+        let mut extra = serde_json::Map::new();
+        extra.insert("cache_prompt".into(), json!(false));
+        extra.insert("seed".into(), json!(7));
+        for (temperature, level, max_tokens) in [(0.0, 0u8, 1200u32), (0.7, 2, 64), (1.25, 1, 0)] {
+            let old = cache_key(&json!({
+                "kind": "chat",
+                "model": "local-llm",
+                "messages": messages,
+                "schema": schema,
+                "level": level,
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+                "extra_body": extra,
+                "prompt_version": "extract-v1",
+            }));
+            let new = cache_key(&ChatKey {
+                kind: "chat",
+                model: "local-llm",
+                messages: &messages,
+                schema: &schema,
+                level,
+                temperature,
+                max_tokens,
+                extra_body: &extra,
+                prompt_version: "extract-v1",
+            });
+            assert_eq!(old, new);
+        }
+        assert_eq!(
+            cache_key(&json!({"kind": "embedding", "model": "m", "input": "Acme \"Corp\""})),
+            cache_key(&EmbeddingKey {
+                kind: "embedding",
+                model: "m",
+                input: "Acme \"Corp\"",
+            })
+        );
+        // And the streamed hash is the hash of the string.
+        let v = json!({"k": "v"});
+        assert_eq!(cache_key(&v), blake3::hash(v.to_string().as_bytes()).to_hex().to_string());
+    }
+}

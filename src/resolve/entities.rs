@@ -62,7 +62,7 @@ pub fn mentions_schema() -> SchemaRef {
 }
 
 /// One mention, as [`mentions_batches`] lays it out.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MentionKey {
     /// Partition of the graph.
     pub group_id: String,
@@ -660,8 +660,17 @@ pub struct ClusterStats {
 
 /// Union-find over the run's mentions and the committed nodes they touch,
 /// with the merge rules as union conditions.
+///
+/// Its elements are distinct mentions: [`resolve_entities`] gives
+/// identical mentions (same group, name, chain and attributes: everything
+/// the joins and rules read) one element, so an entity written the same
+/// way in ten thousand episodes is one row in the joins, not fifty
+/// million candidate pairs. [`Clusters::link`], [`Clusters::could_link`]
+/// and [`Clusters::finish`] take and give mention indices.
 #[derive(Debug, Clone)]
 pub struct Clusters {
+    /// Element of each mention.
+    element: Vec<usize>,
     parent: Vec<usize>,
     /// Per root: the committed node of the cluster, if any.
     committed: Vec<Option<i64>>,
@@ -672,7 +681,6 @@ pub struct Clusters {
     /// Per root: identity values in the cluster, by property.
     identity: Vec<BTreeMap<String, String>>,
     nodes: HashMap<i64, usize>,
-    mentions: usize,
     /// What the rules decided.
     pub stats: ClusterStats,
 }
@@ -699,6 +707,7 @@ impl Clusters {
     pub fn new(chains: Vec<Vec<String>>, multiword: Vec<bool>, identity: Vec<Vec<String>>) -> Self {
         let n = chains.len();
         Clusters {
+            element: (0..n).collect(),
             parent: (0..n).collect(),
             committed: vec![None; n],
             chain: chains,
@@ -707,7 +716,6 @@ impl Clusters {
                 .map(|i| identity_map(identity.get(i).map_or(&[][..], Vec::as_slice)))
                 .collect(),
             nodes: HashMap::new(),
-            mentions: n,
             stats: ClusterStats::default(),
         }
     }
@@ -718,6 +726,23 @@ impl Clusters {
             x = self.parent[x];
         }
         x
+    }
+
+    /// Maps mentions to elements: `element[i]` is the element of mention `i` (elements are
+    /// what `new` was given, one per distinct mention).
+    fn with_elements(mut self, element: Vec<usize>) -> Self {
+        self.element = element;
+        self
+    }
+
+    /// A pair whose target is a mention index, with the target's element
+    /// instead (the rules read only its target, chain and identity).
+    fn to_elements(&self, to: &Pair) -> Pair {
+        let mut p = to.clone();
+        if let Target::Mention(m) = to.target {
+            p.target = Target::Mention(self.element[m]);
+        }
+        p
     }
 
     fn entity(&mut self, target: Target, chain: &[String], identity: &[String]) -> usize {
@@ -739,10 +764,17 @@ impl Clusters {
         }
     }
 
-    /// Joins the clusters of `mention` and `to.target` unless that would
-    /// put two committed nodes, two incompatible chains or two different
-    /// values of one identity property in one cluster.
+    /// Joins the clusters of `mention` and `to.target` (a mention index or
+    /// a node) unless that would put two committed nodes, two incompatible
+    /// chains or two different values of one identity property in one
+    /// cluster.
     pub fn link(&mut self, mention: usize, to: &Pair) -> bool {
+        let to = self.to_elements(to);
+        self.join(self.element[mention], &to)
+    }
+
+    /// [`Clusters::link`] on elements.
+    fn join(&mut self, mention: usize, to: &Pair) -> bool {
         let b = self.entity(to.target, &to.chain, &to.identity);
         let (ra, rb) = (self.find(mention), self.find(b));
         if ra == rb {
@@ -784,7 +816,8 @@ impl Clusters {
         !fuses && !clash && compatible(&self.chain[ra], &self.chain[rb])
     }
 
-    /// Applies the rules to the candidate pairs; returns what stays open.
+    /// Applies the rules to the candidate pairs (of elements); returns
+    /// what stays open (elements too).
     ///
     /// 1. Mention → committed node: an identity match decides unless the
     ///    name points at another node; otherwise one name match, otherwise
@@ -852,7 +885,7 @@ impl Clusters {
                 };
             match decided {
                 Ok(Some(p)) => {
-                    self.link(m, p);
+                    self.join(m, p);
                 }
                 Ok(None) => {}
                 Err((mut options, reason)) => {
@@ -881,7 +914,7 @@ impl Clusters {
                     continue;
                 }
                 if kind != Kind::Fuzzy || p.score >= spec.fuzzy_merge_threshold {
-                    self.link(p.mention, p);
+                    self.join(p.mention, p);
                 } else {
                     open.entry(p.mention)
                         .or_insert_with(|| Ambiguity {
@@ -900,7 +933,7 @@ impl Clusters {
         // mentions left without options: no call is spent on them.
         for a in open.values_mut() {
             let m = a.mention;
-            a.options.retain(|p| self.could_link(m, p));
+            a.options.retain(|p| self.could_join(m, p));
         }
         open.retain(|_, a| !a.options.is_empty());
         // 3. Partial names.
@@ -933,7 +966,7 @@ impl Clusters {
                 }
                 if roots.len() == 1 && !crowded {
                     let p = partial[0];
-                    self.link(m, p);
+                    self.join(m, p);
                 } else if !roots.is_empty() || crowded {
                     open.insert(
                         m,
@@ -960,6 +993,11 @@ impl Clusters {
     /// Whether linking a mention and a target would join two clusters
     /// without breaking a rule.
     pub fn could_link(&self, mention: usize, to: &Pair) -> bool {
+        self.could_join(self.element[mention], &self.to_elements(to))
+    }
+
+    /// [`Clusters::could_link`] on elements.
+    fn could_join(&self, mention: usize, to: &Pair) -> bool {
         let ra = self.find_const(mention);
         let existing = match to.target {
             Target::Mention(x) => Some(x),
@@ -986,9 +1024,9 @@ impl Clusters {
     pub fn finish(mut self) -> Resolved {
         let mut index: HashMap<usize, usize> = HashMap::new();
         let mut committed = Vec::new();
-        let mut cluster_of = Vec::with_capacity(self.mentions);
-        for m in 0..self.mentions {
-            let r = self.find(m);
+        let mut cluster_of = Vec::with_capacity(self.element.len());
+        for m in 0..self.element.len() {
+            let r = self.find(self.element[m]);
             let next = index.len();
             let c = *index.entry(r).or_insert(next);
             if c == committed.len() {
@@ -1019,16 +1057,44 @@ pub struct Resolved {
 /// `nodes` and applies the rules. Returns the clusters-in-progress and
 /// what stays open, so the caller can adjudicate before
 /// [`Clusters::finish`].
+///
+/// Identical mentions (equal [`MentionKey`]s: the same entity written the
+/// same way with the same attributes, in several episodes) are resolved
+/// once: they are one row of the mentions table, share a cluster, and an
+/// ambiguous one is one open question, about its first occurrence.
+/// Without this, the mention-to-mention joins grow with the square of the
+/// mentions of each entity (a company named in most of an archive's
+/// episodes).
 pub async fn resolve_entities(
     ctx: &SessionContext,
     nodes: &str,
-    mentions: &[MentionKey],
+    all_mentions: &[MentionKey],
     spec: &ResolveSpec,
     identity: &BTreeMap<String, Vec<String>>,
 ) -> Result<(Clusters, Vec<Ambiguity>), DataFusionError> {
     for f in udfs(spec, identity) {
         ctx.register_udf(f);
     }
+    let mut element_of: Vec<usize> = Vec::with_capacity(all_mentions.len());
+    let mut first: Vec<usize> = Vec::new();
+    {
+        let mut index: HashMap<&MentionKey, usize> = HashMap::new();
+        for (i, m) in all_mentions.iter().enumerate() {
+            let next = first.len();
+            let e = *index.entry(m).or_insert(next);
+            if e == next {
+                first.push(i);
+            }
+            element_of.push(e);
+        }
+    }
+    let distinct: Vec<MentionKey> = first.iter().map(|&i| all_mentions[i].clone()).collect();
+    let mentions = distinct.as_slice();
+    tracing::debug!(
+        "{} mentions, {} distinct",
+        all_mentions.len(),
+        mentions.len()
+    );
     let partitions = ctx.state().config().target_partitions();
     let table = datafusion::datasource::MemTable::try_new(
         mentions_schema(),
@@ -1061,7 +1127,22 @@ pub async fn resolve_entities(
         started.elapsed().as_secs_f64()
     );
     let _ = ctx.deregister_table(MENTIONS_TABLE);
-    Ok((clusters, open))
+    // Elements back to mention indices: an element stands for its first
+    // mention.
+    let open = open
+        .into_iter()
+        .map(|mut a| {
+            a.mention = first[a.mention];
+            for p in &mut a.options {
+                p.mention = a.mention;
+                if let Target::Mention(e) = p.target {
+                    p.target = Target::Mention(first[e]);
+                }
+            }
+            a
+        })
+        .collect();
+    Ok((clusters.with_elements(element_of), open))
 }
 
 #[cfg(test)]

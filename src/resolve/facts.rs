@@ -58,6 +58,7 @@ pub fn resolve_facts(
             .push((true, i, shingle_hashes(&normalize_name(&e.fact))));
     }
     let mut kept: Vec<EdgeRow> = Vec::with_capacity(new_edges.len());
+    let mut episodes_of: HashMap<(bool, usize), std::collections::HashSet<String>> = HashMap::new();
     for e in new_edges.drain(..) {
         let k = key(&e);
         let text = shingle_hashes(&normalize_name(&e.fact));
@@ -74,8 +75,13 @@ pub fn resolve_facts(
                 } else {
                     &mut kept[i]
                 };
+                // A set per surviving edge: a fact stated in thousands of
+                // episodes must not cost their number squared.
+                let ids = episodes_of
+                    .entry((is_committed, i))
+                    .or_insert_with(|| t.episode_ids.iter().cloned().collect());
                 for id in &e.episode_ids {
-                    if !t.episode_ids.contains(id) {
+                    if ids.insert(id.clone()) {
                         t.episode_ids.push(id.clone());
                     }
                 }
@@ -183,8 +189,11 @@ pub fn contradiction_candidates(
     family: &dyn Fn(&str) -> String,
     max: usize,
 ) -> Vec<(usize, Vec<EdgeRef>)> {
-    use std::collections::HashMap;
+    use std::cmp::Reverse;
+    use std::collections::{BTreeSet, HashMap};
     let live = |e: &EdgeRow| e.expired_at.is_none() && e.invalid_at.is_none();
+    // Peers per (source, family), committed first, then new, each in
+    // order; functional families are settled without the LLM.
     let mut by_source: HashMap<(&str, String), Vec<EdgeRef>> = HashMap::new();
     for (i, e) in committed.iter().enumerate().filter(|(_, e)| live(e)) {
         by_source
@@ -202,35 +211,50 @@ pub fn contradiction_candidates(
         EdgeRef::Committed(i) => &committed[i],
         EdgeRef::New(i) => &new_edges[i],
     };
-    let mut out = Vec::new();
-    for (i, e) in new_edges.iter().enumerate().filter(|(_, e)| live(e)) {
-        let f = family(&e.relation_type);
-        if functional.contains(&f) {
+    let mut found: Vec<(usize, Vec<EdgeRef>)> = Vec::new();
+    for ((_, f), peers) in &by_source {
+        if functional.contains(f) {
             continue;
         }
-        let Some(peers) = by_source.get(&(e.source_node_id.as_str(), f)) else {
-            continue;
-        };
-        let mut others: Vec<EdgeRef> = peers
+        // A new edge is asked about the committed peers and the new peers
+        // before it (each pair of new edges once: the later one asks),
+        // most recent first, ties in peer order, skipping those with its
+        // target and its normalised text. `ready` holds exactly those
+        // peers, ordered so, as the new edges are taken in order: each
+        // question reads the first few, not the whole group.
+        let texts: Vec<String> = peers
             .iter()
-            .copied()
-            .filter(|r| *r != EdgeRef::New(i))
-            // Each pair of new edges once: the later one asks.
-            .filter(|r| !matches!(r, EdgeRef::New(j) if *j > i))
-            .filter(|r| {
-                let o = get(*r);
-                o.target_node_id != e.target_node_id
-                    || normalize_name(&o.fact) != normalize_name(&e.fact)
-            })
+            .map(|r| normalize_name(&get(*r).fact))
             .collect();
-        if others.is_empty() {
-            continue;
+        let key = |k: usize| (Reverse(get(peers[k]).valid_at), k);
+        let mut ready: BTreeSet<(Reverse<Option<chrono::DateTime<chrono::Utc>>>, usize)> =
+            BTreeSet::new();
+        for (k, r) in peers.iter().enumerate() {
+            match r {
+                EdgeRef::Committed(_) => {
+                    ready.insert(key(k));
+                }
+                EdgeRef::New(i) => {
+                    let e = &new_edges[*i];
+                    let others: Vec<EdgeRef> = ready
+                        .iter()
+                        .filter(|(_, j)| {
+                            get(peers[*j]).target_node_id != e.target_node_id
+                                || texts[*j] != texts[k]
+                        })
+                        .take(max.max(1))
+                        .map(|(_, j)| peers[*j])
+                        .collect();
+                    if !others.is_empty() {
+                        found.push((*i, others));
+                    }
+                    ready.insert(key(k));
+                }
+            }
         }
-        others.sort_by_key(|r| std::cmp::Reverse(get(*r).valid_at));
-        others.truncate(max.max(1));
-        out.push((i, others));
     }
-    out
+    found.sort_by_key(|(i, _)| *i);
+    found
 }
 
 /// Applies contradiction verdicts: of each contradicting pair the fact

@@ -415,13 +415,14 @@ fn node_from_mentions(
     }
     let mut attributes = Map::new();
     let mut episode_ids: Vec<String> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for m in members {
         if m.chain == chain {
             for (k, v) in &m.attributes {
                 attributes.insert(k.clone(), v.clone());
             }
         }
-        if !episode_ids.contains(&m.episode_id) {
+        if seen.insert(&m.episode_id) {
             episode_ids.push(m.episode_id.clone());
         }
     }
@@ -500,8 +501,10 @@ fn merge_into(
         attrs.extend(new);
         existing.attributes = Value::Object(attrs).to_string();
     }
+    let mut seen: std::collections::HashSet<String> =
+        existing.episode_ids.iter().cloned().collect();
     for e in draft.episode_ids {
-        if !existing.episode_ids.contains(&e) {
+        if seen.insert(e.clone()) {
             existing.episode_ids.push(e);
         }
     }

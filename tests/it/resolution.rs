@@ -10,6 +10,8 @@ use graphloom::resolve::ResolveSpec;
 use graphloom::resolve::entities::{
     Ambiguity, MentionKey, Resolved, Target, mentions_batches, mentions_schema, resolve_entities,
 };
+use graphloom::resolve::facts::{EdgeRef, contradiction_candidates};
+use graphloom::store::rows::EdgeRow;
 
 fn key(name: &str, chain: &[&str], attributes: &str) -> MentionKey {
     MentionKey {
@@ -316,4 +318,161 @@ async fn the_resolve_bench_reports_precise_merges_on_synthetic_data() {
         report.pairs.get("fuzzy").copied().unwrap_or(0) > 0,
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn an_entity_written_the_same_way_in_thousands_of_episodes_costs_no_pairs() {
+    // 5,000 identical mentions of one company, 5,000 of one person (with
+    // the same e-mail each time) and the variants the rules must still
+    // join: without grouping identical mentions these were 12.5 million
+    // name pairs and as many identity pairs.
+    let mut mentions = Vec::new();
+    for _ in 0..5_000 {
+        mentions.push(key("Acme Corp", &["Company"], "{}"));
+        mentions.push(key(
+            "Priya Raman",
+            &["Person"],
+            r#"{"email": "priya@acme.test"}"#,
+        ));
+    }
+    mentions.push(key("ACME corp.", &["Company"], "{}"));
+    mentions.push(key("P. Raman", &["Person"], r#"{"email": "Priya@acme.test"}"#));
+    let (r, open) = resolve(&[], &mentions, &ResolveSpec::default()).await;
+    let pairs: usize = r.stats.pairs.values().sum();
+    assert!(pairs <= 4, "{:?}", r.stats);
+    assert!(open.is_empty(), "{open:?}");
+    let n = mentions.len();
+    // Even positions are the company (ACME corp. last but one), odd ones
+    // the person (P. Raman last).
+    assert!((0..n).all(|i| together(&r, i, i % 2)), "{:?}", r.stats);
+    assert!(!together(&r, 0, 1));
+}
+
+#[tokio::test]
+async fn identical_ambiguous_mentions_are_one_question_about_the_first() {
+    let spec = ResolveSpec::default();
+    let committed = [
+        key("Sarah Brown", &["Person"], "{}"),
+        key("Sarah Lee", &["Person"], "{}"),
+    ];
+    let mentions = [
+        key("Dana Whitcombe", &["Person"], "{}"),
+        key("Sarah", &["Person"], "{}"),
+        key("Sarah", &["Person"], "{}"),
+        key("Sarah", &["Person"], "{}"),
+    ];
+    let (r, open) = resolve(&committed, &mentions, &spec).await;
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].mention, 1);
+    assert!(together(&r, 1, 2) && together(&r, 1, 3), "{r:?}");
+    assert_eq!(node_of(&r, 1), None);
+}
+
+/// The contradiction candidates as first written (every new edge scanned
+/// every peer of its source and family), kept to check the linear version
+/// against.
+fn candidates_by_scan(
+    new_edges: &[EdgeRow],
+    committed: &[EdgeRow],
+    functional: &[String],
+    family: &dyn Fn(&str) -> String,
+    max: usize,
+) -> Vec<(usize, Vec<EdgeRef>)> {
+    use graphloom::resolve::normalize_name;
+    use std::collections::HashMap;
+    let live = |e: &EdgeRow| e.expired_at.is_none() && e.invalid_at.is_none();
+    let mut by_source: HashMap<(&str, String), Vec<EdgeRef>> = HashMap::new();
+    for (i, e) in committed.iter().enumerate().filter(|(_, e)| live(e)) {
+        by_source
+            .entry((e.source_node_id.as_str(), family(&e.relation_type)))
+            .or_default()
+            .push(EdgeRef::Committed(i));
+    }
+    for (i, e) in new_edges.iter().enumerate().filter(|(_, e)| live(e)) {
+        by_source
+            .entry((e.source_node_id.as_str(), family(&e.relation_type)))
+            .or_default()
+            .push(EdgeRef::New(i));
+    }
+    let get = |r: EdgeRef| match r {
+        EdgeRef::Committed(i) => &committed[i],
+        EdgeRef::New(i) => &new_edges[i],
+    };
+    let mut out = Vec::new();
+    for (i, e) in new_edges.iter().enumerate().filter(|(_, e)| live(e)) {
+        let f = family(&e.relation_type);
+        if functional.contains(&f) {
+            continue;
+        }
+        let Some(peers) = by_source.get(&(e.source_node_id.as_str(), f)) else {
+            continue;
+        };
+        let mut others: Vec<EdgeRef> = peers
+            .iter()
+            .copied()
+            .filter(|r| *r != EdgeRef::New(i))
+            .filter(|r| !matches!(r, EdgeRef::New(j) if *j > i))
+            .filter(|r| {
+                let o = get(*r);
+                o.target_node_id != e.target_node_id
+                    || normalize_name(&o.fact) != normalize_name(&e.fact)
+            })
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        others.sort_by_key(|r| std::cmp::Reverse(get(*r).valid_at));
+        others.truncate(max.max(1));
+        out.push((i, others));
+    }
+    out
+}
+
+#[test]
+fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
+    use chrono::TimeZone;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let family = |r: &str| -> String {
+        if r.starts_with("EMPLOYED") || r == "WORKS_FULL_TIME_FOR" {
+            "EMPLOYED_BY".into()
+        } else {
+            r.to_string()
+        }
+    };
+    let functional = vec!["EMPLOYED_BY".to_string()];
+    let edge = |rng: &mut rand::rngs::StdRng, k: usize| {
+        let relation = ["PARTY_TO", "SIGNED", "EMPLOYED_BY", "WORKS_FULL_TIME_FOR", "ORDERS"]
+            [rng.random_range(0..5)];
+        let target = format!("t{}", rng.random_range(0..6));
+        let valid_at = (rng.random_range(0..4) > 0)
+            .then(|| chrono::Utc.with_ymd_and_hms(2024, 1, rng.random_range(1..6), 0, 0, 0).unwrap());
+        EdgeRow {
+            edge_id: format!("e{k}"),
+            group_id: "g".into(),
+            source_node_id: format!("s{}", rng.random_range(0..3)),
+            target_node_id: target.clone(),
+            relation_type: relation.into(),
+            fact: format!("fact {} about {target}", rng.random_range(0..3)),
+            attributes: "{}".into(),
+            episode_ids: vec![],
+            valid_at,
+            invalid_at: None,
+            created_at: chrono::Utc::now(),
+            expired_at: (rng.random_range(0..10) == 0).then(chrono::Utc::now),
+            fact_embedding: None,
+            origin: "extract".into(),
+            run_id: "r".into(),
+        }
+    };
+    for round in 0..200 {
+        let committed: Vec<EdgeRow> = (0..rng.random_range(0..30)).map(|k| edge(&mut rng, k)).collect();
+        let new: Vec<EdgeRow> = (0..rng.random_range(0..60)).map(|k| edge(&mut rng, 100 + k)).collect();
+        let max = rng.random_range(0..6);
+        assert_eq!(
+            contradiction_candidates(&new, &committed, &functional, &family, max),
+            candidates_by_scan(&new, &committed, &functional, &family, max),
+            "round {round}"
+        );
+    }
 }
