@@ -102,7 +102,10 @@ pub fn resolve_facts(
             e.relation_type.clone(),
         )
     };
-    let mut seen: HashMap<(String, String, String), Vec<(EdgeRef, Vec<u64>)>> = HashMap::new();
+    // (source, target, relation type) → edges with the shingles of their
+    // fact text.
+    type Slots = Vec<(EdgeRef, Vec<u64>)>;
+    let mut seen: HashMap<(String, String, String), Slots> = HashMap::new();
     for (i, e) in sweep.committed.iter().enumerate() {
         if e.expired_at.is_none() {
             seen.entry(key(e))

@@ -3,6 +3,7 @@
 
 mod add_command;
 mod common;
+mod convergence;
 mod corpus_resolution;
 mod interop;
 mod llm_client;

@@ -786,14 +786,14 @@ async fn summaries_and_embeddings_are_added_when_asked_for() {
 
 /// The graph's content without ids and timestamps, for comparing graphs
 /// built along different paths.
-async fn content(store: &GraphStore) -> Vec<Vec<Value>> {
+pub(crate) async fn content(store: &GraphStore) -> Vec<Vec<Value>> {
     let mut out = Vec::new();
     for sql in [
         "SELECT name, type, labels, attributes, cardinality(episode_ids) AS eps, rank FROM nodes ORDER BY name, type",
         "SELECT s.name AS s, t.name AS t, e.relation_type, e.fact, e.valid_at, e.invalid_at, \
          e.expired_at IS NOT NULL AS expired, cardinality(e.episode_ids) AS eps \
          FROM edges e JOIN nodes s ON s.node_id = e.source_node_id JOIN nodes t ON t.node_id = e.target_node_id \
-         ORDER BY s, t, relation_type, fact",
+         ORDER BY s, t, relation_type, fact, valid_at, invalid_at, eps",
         "SELECT n.name, l.label, l.depth FROM node_labels l JOIN nodes n ON n.node_id = l.node_id ORDER BY 1, 2, 3",
         "SELECT episode_id FROM episodes ORDER BY episode_id",
     ] {
