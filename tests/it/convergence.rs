@@ -348,7 +348,7 @@ async fn a_growing_archive_gives_one_graph_in_chunks_with_random_kills_and_in_on
 /// Lines for `graphloom add`: chunk `c` holds people, companies and
 /// purchase orders, and who signed which.
 fn add_chunks() -> Vec<String> {
-    (0..6)
+    (0..4)
         .map(|c| {
             let mut out = String::new();
             for k in 0..30 {
@@ -373,7 +373,7 @@ fn add_chunks() -> Vec<String> {
 
 async fn completed_adds(graph: &Path) -> Value {
     if !graph.join("runs").exists() {
-        return Value::Null;
+        return json!(0);
     }
     crate::run_pipeline::query(
         &open(graph),
@@ -404,21 +404,23 @@ async fn a_killed_add_leaves_the_previous_graph_and_adding_again_what_did_not_la
         landed += usize::from(kill_after(cmd, somewhere_in(&mut rng, took)).await);
         let after = (content(&killed).await, completed_adds(&killed).await);
         if after.1 == before.1 {
-            assert_eq!(
-                after.0, before.0,
-                "chunk {c}: a killed add changed the graph"
+            assert!(
+                after.0 == before.0,
+                "chunk {c}: a killed add changed the graph: {}",
+                diff(&after.0, &before.0)
             );
             // Documented: an add that did not land is run again.
             let mut cmd = command(&["add"], &pipeline, &killed);
             cmd.arg(file);
             finish(cmd, "add again").await;
         }
-        assert_eq!(
-            content(&killed).await,
-            content(&clean).await,
-            "chunk {c}: killed add (re-run if it did not land) vs uninterrupted"
+        let (got, want) = (content(&killed).await, content(&clean).await);
+        assert!(
+            got == want,
+            "chunk {c}: killed add (re-run if it did not land) vs uninterrupted: {}",
+            diff(&got, &want)
         );
     }
-    eprintln!("{landed} of 6 kills landed mid-add");
-    assert!(landed >= 3, "only {landed} of 6 kills landed mid-add");
+    eprintln!("{landed} of 4 kills landed mid-add");
+    assert!(landed >= 2, "only {landed} of 4 kills landed mid-add");
 }
