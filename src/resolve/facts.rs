@@ -65,6 +65,8 @@ pub fn resolve_facts(
     let mut out = FactResolution::default();
     let mut folded = vec![false; new_edges.len()];
     let mut sweep = Sweep {
+        committed_text: committed.iter().map(fact_shingles).collect(),
+        new_text: new_edges.iter().map(fact_shingles).collect(),
         new_edges,
         committed,
         folded: &mut folded,
@@ -110,7 +112,7 @@ pub fn resolve_facts(
         if e.expired_at.is_none() {
             seen.entry(key(e))
                 .or_default()
-                .push((EdgeRef::Committed(i), fact_shingles(e)));
+                .push((EdgeRef::Committed(i), sweep.committed_text[i].clone()));
         }
     }
     for i in 0..sweep.new_edges.len() {
@@ -118,7 +120,7 @@ pub fn resolve_facts(
             continue;
         }
         let e = &sweep.new_edges[i];
-        let text = fact_shingles(e);
+        let text = sweep.new_text[i].clone();
         if timed(e) {
             if e.expired_at.is_none() {
                 seen.entry(key(e))
@@ -162,6 +164,9 @@ fn alike(a: &[u64], b: &[u64], similarity: f64) -> bool {
 struct Sweep<'a> {
     new_edges: &'a mut [EdgeRow],
     committed: &'a mut [EdgeRow],
+    /// Shingles of each edge's fact text, which folding never changes.
+    new_text: Vec<Vec<u64>>,
+    committed_text: Vec<Vec<u64>>,
     /// New edges folded into another edge (dropped at the end).
     folded: &'a mut [bool],
     out: &'a mut FactResolution,
@@ -213,11 +218,18 @@ impl Sweep<'_> {
             .or(e.expired_at.map(|_| e.valid_at.unwrap_or_default()))
     }
 
+    fn text(&self, r: EdgeRef) -> &[u64] {
+        match r {
+            EdgeRef::Committed(i) => &self.committed_text[i],
+            EdgeRef::New(i) => &self.new_text[i],
+        }
+    }
+
     fn restates(&self, a: EdgeRef, b: EdgeRef) -> bool {
-        let (a, b) = (self.get(a), self.get(b));
-        a.target_node_id == b.target_node_id
-            && a.relation_type == b.relation_type
-            && alike(&fact_shingles(a), &fact_shingles(b), self.similarity)
+        let (x, y) = (self.get(a), self.get(b));
+        x.target_node_id == y.target_node_id
+            && x.relation_type == y.relation_type
+            && alike(self.text(a), self.text(b), self.similarity)
     }
 
     /// Walks one (source, family) timeline, sorted by [`Sweep::order_key`],
