@@ -132,7 +132,7 @@ pub fn resolve_facts(
         let found = seen.get(&key(e)).and_then(|slots| {
             slots
                 .iter()
-                .find(|(_, t)| alike(t, &text, duplicate_similarity))
+                .find(|(r, t)| alike(t, &text, duplicate_similarity) && overlap(sweep.get(*r), e))
                 .map(|(r, _)| *r)
         });
         match found {
@@ -154,6 +154,14 @@ pub fn resolve_facts(
 
 fn fact_shingles(e: &EdgeRow) -> Vec<u64> {
     shingle_hashes(&normalize_name(&e.fact))
+}
+
+/// Whether two facts can be one validity interval: not when one is known
+/// to have ended before the other began (a restatement after an end is a
+/// new interval).
+fn overlap(a: &EdgeRow, b: &EdgeRow) -> bool {
+    let before = |end: Moment, start: Moment| matches!((end, start), (Some(e), Some(s)) if e <= s);
+    !before(a.invalid_at, b.valid_at) && !before(b.invalid_at, a.valid_at)
 }
 
 fn alike(a: &[u64], b: &[u64], similarity: f64) -> bool {
@@ -285,13 +293,18 @@ impl Sweep<'_> {
 
     /// Folds new edge `i` into `into`: episode ids united, earliest
     /// `valid_at` kept.
+    /// A restatement that says when the fact ended ("until March", "has
+    /// left") ends the edge then: the earlier end wins, and an edge that
+    /// was stated valid and is ended by a later statement is expired like
+    /// any invalidated edge.
     fn fold(&mut self, i: usize, into: EdgeRef) {
         self.folded[i] = true;
         self.out.duplicates += 1;
-        let (ids, valid) = {
+        let (ids, valid, end) = {
             let e = &self.new_edges[i];
-            (e.episode_ids.clone(), e.valid_at)
+            (e.episode_ids.clone(), e.valid_at, e.invalid_at)
         };
+        let now = self.now;
         let t = self.get_mut(into);
         for id in ids {
             if !t.episode_ids.contains(&id) {
@@ -302,6 +315,16 @@ impl Sweep<'_> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let Some(end) = end else { return };
+        let until = t.invalid_at.map_or(end, |a| a.min(end));
+        if t.invalid_at == Some(until) {
+            return;
+        }
+        t.invalid_at = Some(until);
+        if t.expired_at.is_none() {
+            t.expired_at = Some(now);
+            self.out.invalidated += 1;
+        }
     }
 
     /// Ends an edge at `at` (or earlier, if it already ended earlier).
@@ -776,5 +799,44 @@ mod fact_tests {
                 "case {case}: shuffled"
             );
         }
+    }
+
+    #[test]
+    fn a_restatement_that_says_the_fact_ended_ends_the_edge() {
+        let year = |y| Some(Utc.with_ymd_and_hms(y, 1, 1, 0, 0, 0).unwrap());
+        for functional in [true, false] {
+            let types: Vec<String> = if functional {
+                vec!["EMPLOYED_BY".into()]
+            } else {
+                vec![]
+            };
+            let mut committed = vec![edge("c", "acme", Some(2020))];
+            let mut new = vec![edge("n", "acme", Some(2022))];
+            new[0].invalid_at = year(2024);
+            let now = Utc::now();
+            let r = resolve_facts(&mut new, &mut committed, &types, &family, 0.9, now);
+            assert_eq!(
+                (r.duplicates, r.invalidated),
+                (1, 1),
+                "functional: {functional}"
+            );
+            assert_eq!(committed[0].invalid_at, year(2024));
+            assert_eq!(committed[0].expired_at, Some(now));
+            assert!(r.changed_committed.contains("c"));
+        }
+    }
+
+    #[test]
+    fn a_restatement_after_an_extracted_end_is_a_new_interval() {
+        let year = |y| Some(Utc.with_ymd_and_hms(y, 1, 1, 0, 0, 0).unwrap());
+        // Not a functional type: the end was stated, not derived, so the
+        // edge is not expired, and the later fact still may not fold in.
+        let mut committed = vec![edge("c", "acme", Some(2020))];
+        committed[0].invalid_at = year(2021);
+        let mut new = vec![edge("n", "acme", Some(2023))];
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
+        assert_eq!(r.duplicates, 0);
+        assert_eq!(new.len(), 1);
+        assert_eq!(committed[0].invalid_at, year(2021));
     }
 }
