@@ -819,7 +819,7 @@ fn parse_jsonl(ctx: &FileCtx, bytes: &[u8], out: &mut FileOut) {
                     format!(
                         "malformed JSON: {} at column {}",
                         json_message(&e),
-                        e.column()
+                        char_column(text, e.column())
                     ),
                     Some(text),
                 );
@@ -917,17 +917,30 @@ fn json_items(text: &str) -> Result<JsonItems, (usize, String)> {
     Ok(items)
 }
 
+/// Byte offset of serde_json's 1-based `column` in `line`, on a character
+/// boundary. serde_json counts columns in bytes, not characters: counting
+/// characters put errors after non-ASCII text past the end of their line,
+/// and so on the next line.
+fn column_offset(line: &str, column: usize) -> usize {
+    let mut at = column.saturating_sub(1).min(line.len());
+    while !line.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The 1-based character column of serde_json's byte `column` in `line`.
+fn char_column(line: &str, column: usize) -> usize {
+    line[..column_offset(line, column)].chars().count() + 1
+}
+
 /// Byte offset in `text` of an error in `text[base..]`.
 fn offset_of(text: &str, base: usize, e: &serde_json::Error) -> usize {
     let sub = &text[base..];
     let mut offset = 0;
     for (i, line) in sub.split_inclusive('\n').enumerate() {
         if i + 1 == e.line() {
-            let col = line
-                .char_indices()
-                .nth(e.column().saturating_sub(1))
-                .map_or(line.len(), |(b, _)| b);
-            return base + offset + col;
+            return base + offset + column_offset(line, e.column());
         }
         offset += line.len();
     }
@@ -1397,4 +1410,26 @@ fn parquet_batch(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_error_positions_count_characters_not_bytes() {
+        // `@` is the 13th character and the 18th byte: serde_json says
+        // column 18, which counted as characters is past the line's end.
+        let line = "{\"a\":\"\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\"@}";
+        let e = serde_json::from_str::<Value>(line).unwrap_err();
+        assert_eq!(e.column(), 18);
+        assert_eq!(char_column(line, e.column()), 13);
+        // The error stays on its own line of a file.
+        let text = format!("[\n{line}\n]");
+        let e = json_items(&text).unwrap_err();
+        assert_eq!(line_of(text.as_bytes(), e.0), 2, "{e:?}");
+        // Columns past the end or inside a character stay in the line.
+        assert_eq!(column_offset("\u{e9}", 2), 0);
+        assert_eq!(column_offset("ab", 99), 2);
+    }
 }
