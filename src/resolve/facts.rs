@@ -497,19 +497,21 @@ mod fact_tests {
         "EMPLOYED_BY".into()
     }
 
+    /// Fact resolution with EMPLOYED_BY functional.
+    fn employment(
+        new: &mut Vec<EdgeRow>,
+        committed: &mut [EdgeRow],
+        now: chrono::DateTime<Utc>,
+    ) -> FactResolution {
+        resolve_facts(new, committed, &["EMPLOYED_BY".into()], &family, 0.9, now)
+    }
+
     #[test]
     fn a_new_fact_that_predates_a_committed_one_is_stored_already_invalid() {
         let mut committed = vec![edge("c", "brightline", Some(2025))];
         let mut new = vec![edge("n", "acme", Some(2021))];
         let now = Utc::now();
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &["EMPLOYED_BY".into()],
-            &family,
-            0.9,
-            now,
-        );
+        let r = employment(&mut new, &mut committed, now);
         assert_eq!(r.invalidated, 1);
         assert!(
             r.changed_committed.is_empty(),
@@ -529,14 +531,7 @@ mod fact_tests {
         let mut committed = vec![edge("c", "acme", Some(2021))];
         let mut new = vec![edge("n", "acme", Some(2023))];
         new[0].fact = "Priya still works for acme.".into();
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &["EMPLOYED_BY".into()],
-            &family,
-            0.9,
-            Utc::now(),
-        );
+        let r = employment(&mut new, &mut committed, Utc::now());
         assert_eq!((r.invalidated, r.duplicates), (0, 0));
     }
 
@@ -632,14 +627,7 @@ mod fact_tests {
         );
         assert_eq!(out.invalidated, 0);
         assert_eq!((committed[0].expired_at, new[0].expired_at), (None, None));
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &["EMPLOYED_BY".into()],
-            &family,
-            0.9,
-            now,
-        );
+        let r = employment(&mut new, &mut committed, now);
         assert_eq!(r.invalidated, 0, "functional types too");
     }
 
@@ -670,14 +658,7 @@ mod fact_tests {
         let mut from = 0;
         for &to in cuts.iter().chain([facts.len()].iter()) {
             let mut new = facts[from..to].to_vec();
-            resolve_facts(
-                &mut new,
-                &mut committed,
-                &["EMPLOYED_BY".into()],
-                &family,
-                0.9,
-                Utc::now(),
-            );
+            employment(&mut new, &mut committed, Utc::now());
             committed.extend(new);
             from = to;
         }

@@ -402,15 +402,7 @@ enum Rec {
 }
 
 fn rec() -> impl Strategy<Value = Rec> {
-    let field = prop::sample::select(vec![
-        "content",
-        "kind",
-        "reference_time",
-        "id",
-        "document_id",
-        "group_id",
-        "source_description",
-    ]);
+    let field = prop::sample::select(graphloom::source::RECORD_FIELDS.to_vec());
     let wrong = prop::sample::select(vec![
         WrongValue::Bool,
         WrongValue::Num,
