@@ -58,17 +58,41 @@ struct Batch {
     members: Vec<usize>,
 }
 
-fn batches(waiting: &BTreeMap<String, Vec<usize>>, size: usize) -> Vec<Batch> {
+/// The level's batches: items under one parent, in order, at most
+/// `cap[i]` to a batch (items with a smaller cap are batched apart).
+fn batches(waiting: &BTreeMap<String, Vec<usize>>, cap: &[usize]) -> Vec<Batch> {
     let mut out = Vec::new();
     for (parent, members) in waiting {
-        for chunk in members.chunks(size.max(1)) {
-            out.push(Batch {
-                parent: parent.clone(),
-                members: chunk.to_vec(),
-            });
+        let mut by_cap: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &i in members {
+            by_cap.entry(cap[i].max(1)).or_default().push(i);
+        }
+        for (size, members) in by_cap.iter().rev() {
+            for chunk in members.chunks(*size) {
+                out.push(Batch {
+                    parent: parent.clone(),
+                    members: chunk.to_vec(),
+                });
+            }
         }
     }
     out
+}
+
+/// After a batch's call failed: true if its items are asked again in
+/// halves (their cap lowered), false if it held one item, which then
+/// stays at its parent. One item whose answer runs away (cut at
+/// `max_tokens`, unparseable) so costs its neighbours one more call,
+/// not their answers.
+fn split_after_failure(batch: &Batch, cap: &mut [usize]) -> bool {
+    let n = batch.members.len();
+    if n <= 1 {
+        return false;
+    }
+    for &i in &batch.members {
+        cap[i] = n.div_ceil(2);
+    }
+    true
 }
 
 fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes: bool) -> Value {
@@ -169,6 +193,7 @@ pub async fn walk_entities(
     let mut rejected = Vec::new();
     let mut stopped = vec![false; mentions.len()];
     let mut refined = vec![false; mentions.len()];
+    let mut cap = vec![spec.classify_batch_size.max(1); mentions.len()];
     loop {
         let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, m) in mentions.iter().enumerate() {
@@ -184,7 +209,7 @@ pub async fn walk_entities(
         if waiting.is_empty() {
             break;
         }
-        let work = batches(&waiting, spec.classify_batch_size);
+        let work = batches(&waiting, &cap);
         let requests: Vec<(Batch, ChatRequest, Value)> = work
             .into_iter()
             .map(|b| {
@@ -199,20 +224,18 @@ pub async fn walk_entities(
             let children: Vec<String> = node.map(|n| n.children.clone()).unwrap_or_default();
             let reply = match reply {
                 Ok(r) => r,
+                Err(_) if split_after_failure(&batch, &mut cap) => continue,
                 Err(e) => {
-                    for &i in &batch.members {
-                        stopped[i] = true;
-                    }
+                    let i = batch.members[0];
+                    stopped[i] = true;
                     rejected.push(Rejected {
                         stage: "classify_entities",
-                        episode_id: mentions[batch.members[0]].episode_id.clone(),
+                        episode_id: mentions[i].episode_id.clone(),
                         reason: format!(
-                            "subtype classification under `{}` failed, {} entities stay at `{}`: {e}",
-                            batch.parent,
-                            batch.members.len(),
-                            batch.parent
+                            "subtype classification under `{}` failed for this entity alone; it stays at `{}`: {e}",
+                            batch.parent, batch.parent
                         ),
-                        excerpt: batch.members.iter().map(|i| mentions[*i].name.clone()).collect::<Vec<_>>().join(", "),
+                        excerpt: mentions[i].name.clone(),
                     });
                     continue;
                 }
@@ -325,6 +348,7 @@ pub async fn walk_facts(
     let mut rejected = Vec::new();
     let mut stopped = vec![false; facts.len()];
     let mut refined = vec![false; facts.len()];
+    let mut cap = vec![spec.classify_batch_size.max(1); facts.len()];
     loop {
         let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, f) in facts.iter().enumerate() {
@@ -353,7 +377,7 @@ pub async fn walk_facts(
         if waiting.is_empty() {
             break;
         }
-        let work = batches(&waiting, spec.classify_batch_size);
+        let work = batches(&waiting, &cap);
         let requests: Vec<(Batch, ChatRequest, Value)> = work
             .into_iter()
             .map(|b| {
@@ -366,25 +390,18 @@ pub async fn walk_facts(
             stats.calls += 1;
             let reply = match reply {
                 Ok(r) => r,
+                Err(_) if split_after_failure(&batch, &mut cap) => continue,
                 Err(e) => {
-                    for &i in &batch.members {
-                        stopped[i] = true;
-                    }
+                    let i = batch.members[0];
+                    stopped[i] = true;
                     rejected.push(Rejected {
                         stage: "classify_facts",
-                        episode_id: facts[batch.members[0]].episode_id.clone(),
+                        episode_id: facts[i].episode_id.clone(),
                         reason: format!(
-                            "subtype classification under `{}` failed, {} facts stay at `{}`: {e}",
-                            batch.parent,
-                            batch.members.len(),
-                            batch.parent
+                            "subtype classification under `{}` failed for this fact alone; it stays at `{}`: {e}",
+                            batch.parent, batch.parent
                         ),
-                        excerpt: batch
-                            .members
-                            .iter()
-                            .map(|i| facts[*i].fact.clone())
-                            .collect::<Vec<_>>()
-                            .join(" | "),
+                        excerpt: facts[i].fact.clone(),
                     });
                     continue;
                 }

@@ -532,7 +532,7 @@ async fn read_file(
         match ctx.settings.format {
             SourceFormat::Jsonl => parse_jsonl(&ctx, &bytes, &mut out),
             SourceFormat::Json => parse_json(&ctx, &bytes, &mut out),
-            SourceFormat::Parquet => parse_parquet(&ctx, bytes, &mut out),
+            SourceFormat::Parquet => parse_parquet_guarded(&ctx, bytes, &mut out),
             SourceFormat::Text => parse_text(&ctx, &bytes, &mut out),
         }
         out
@@ -819,7 +819,7 @@ fn parse_jsonl(ctx: &FileCtx, bytes: &[u8], out: &mut FileOut) {
                     format!(
                         "malformed JSON: {} at column {}",
                         json_message(&e),
-                        e.column()
+                        char_column(text, e.column())
                     ),
                     Some(text),
                 );
@@ -917,17 +917,30 @@ fn json_items(text: &str) -> Result<JsonItems, (usize, String)> {
     Ok(items)
 }
 
+/// Byte offset of serde_json's 1-based `column` in `line`, on a character
+/// boundary. serde_json counts columns in bytes, not characters: counting
+/// characters put errors after non-ASCII text past the end of their line,
+/// and so on the next line.
+fn column_offset(line: &str, column: usize) -> usize {
+    let mut at = column.saturating_sub(1).min(line.len());
+    while !line.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The 1-based character column of serde_json's byte `column` in `line`.
+fn char_column(line: &str, column: usize) -> usize {
+    line[..column_offset(line, column)].chars().count() + 1
+}
+
 /// Byte offset in `text` of an error in `text[base..]`.
 fn offset_of(text: &str, base: usize, e: &serde_json::Error) -> usize {
     let sub = &text[base..];
     let mut offset = 0;
     for (i, line) in sub.split_inclusive('\n').enumerate() {
         if i + 1 == e.line() {
-            let col = line
-                .char_indices()
-                .nth(e.column().saturating_sub(1))
-                .map_or(line.len(), |(b, _)| b);
-            return base + offset + col;
+            return base + offset + column_offset(line, e.column());
         }
         offset += line.len();
     }
@@ -1318,6 +1331,33 @@ fn parse_parquet<R: parquet::file::reader::ChunkReader + 'static>(
     }
 }
 
+/// [`parse_parquet`], with a panic of the Parquet reader turned into a
+/// failure of the file. The parquet crate panics on some damaged files: one
+/// flipped bit in a footer gives "not implemented: Type NONE not supported"
+/// (the embedded Arrow schema) or an `Option::unwrap()` on `None` (18 of
+/// the 2760 one-bit flips of a one-row file's footer). That is bad input in
+/// one file, like any other unreadable Parquet file, and must not fail the
+/// whole source. Rows read before the panic are kept.
+fn parse_parquet_guarded(ctx: &FileCtx, bytes: bytes::Bytes, out: &mut FileOut) {
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        parse_parquet(ctx, bytes, out)
+    }));
+    if let Err(panic) = read {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        fail(
+            ctx,
+            out,
+            None,
+            format!("not a readable parquet file: the Parquet reader failed on it ({message})"),
+            None,
+        );
+    }
+}
+
 fn parquet_batch(
     ctx: &FileCtx,
     batch: &RecordBatch,
@@ -1397,4 +1437,26 @@ fn parquet_batch(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_error_positions_count_characters_not_bytes() {
+        // `@` is the 13th character and the 18th byte: serde_json says
+        // column 18, which counted as characters is past the line's end.
+        let line = "{\"a\":\"\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\"@}";
+        let e = serde_json::from_str::<Value>(line).unwrap_err();
+        assert_eq!(e.column(), 18);
+        assert_eq!(char_column(line, e.column()), 13);
+        // The error stays on its own line of a file.
+        let text = format!("[\n{line}\n]");
+        let e = json_items(&text).unwrap_err();
+        assert_eq!(line_of(text.as_bytes(), e.0), 2, "{e:?}");
+        // Columns past the end or inside a character stay in the line.
+        assert_eq!(column_offset("\u{e9}", 2), 0);
+        assert_eq!(column_offset("ab", 99), 2);
+    }
 }

@@ -486,10 +486,11 @@ impl PipelineSpec {
 }
 
 /// Location and message of a TOML error without the source line that the
-/// parser's own message quotes: the line could hold a secret pasted into
-/// the wrong key (`api_key = "sk-..."`).
+/// parser's own message quotes, nor the value that serde's messages quote:
+/// either could hold a secret pasted into the wrong key
+/// (`api_key = "sk-..."`, `requests_per_minute = "sk-..."`).
 fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
-    let message = e.message().trim_end();
+    let message = without_quoted_values(e.message().trim_end());
     match e.span() {
         Some(span) => {
             let before = &text[..span.start.min(text.len())];
@@ -499,6 +500,72 @@ fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
         }
         None => message.to_string(),
     }
+}
+
+/// `message` without the values serde quotes in it, unless they are short
+/// plain words: `invalid type: string "sk-…", expected u32` becomes
+/// `invalid type: string, expected u32` and ``unknown variant `sk-…`,
+/// expected …`` becomes `unknown variant, expected …`, while ``unknown
+/// variant `string`, expected one of `text`, …`` stays as it is. The
+/// error's position still says where the value is.
+fn without_quoted_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("string \"") {
+        let quoted = &rest[at + "string ".len()..];
+        // serde writes the string with `{:?}`: a `"` inside it is escaped.
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in quoted.char_indices().skip(1) {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        if may_show(&quoted[1..end]) {
+            out.push_str(&rest[..at + "string ".len() + end + 1]);
+        } else {
+            out.push_str(&rest[..at + "string".len()]);
+        }
+        rest = &quoted[end + 1..];
+    }
+    out.push_str(rest);
+    // Unknown keys stay named whatever they are: naming the key is the
+    // point of the message, and the value is not in it.
+    const VARIANT: &str = "unknown variant `";
+    if let Some(at) = out.find(VARIANT) {
+        let after = &out[at + VARIANT.len()..];
+        // The value may hold backticks; the text serde writes after it does not.
+        let end = ["`, expected", "`, there are no"]
+            .iter()
+            .filter_map(|tail| after.rfind(tail))
+            .min();
+        if let Some(end) = end
+            && !may_show(&after[..end])
+        {
+            let tail = after[end + 1..].to_string();
+            out.truncate(at + VARIANT.len() - " `".len());
+            out.push_str(&tail);
+        }
+    }
+    out
+}
+
+/// Whether a value serde refused may be shown: a short plain word (`600`,
+/// `string`, `azur`) helps the reader; anything that could be a key is left
+/// out.
+fn may_show(value: &str) -> bool {
+    value.chars().count() <= 24
+        && !looks_like_secret(value)
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.'))
 }
 
 /// Prefixes of API keys of common providers.

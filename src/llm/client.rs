@@ -300,6 +300,18 @@ struct Exchange {
     attempts: u32,
     http_time: Duration,
     wait_time: Duration,
+    /// The most tokens the call can have used (see [`reported_tokens`]).
+    token_bound: u64,
+}
+
+/// A token count from a reply's `usage`, believed up to `bound`: the
+/// request's reservation (estimated prompt plus `max_tokens`, which caps
+/// the completion) plus its size in bytes (no tokenizer makes more than
+/// one token per byte). A larger number comes from a broken server;
+/// trusting it would push the shared budget's next slot centuries away
+/// (u64::MAX tokens) and overflow the run's token totals.
+fn reported_tokens(value: &Value, bound: u64) -> Option<u64> {
+    value.as_u64().map(|n| n.min(bound))
 }
 
 /// Why an exchange failed, with the counts spent on it.
@@ -476,6 +488,7 @@ impl LlmClient {
             wait_time,
         };
         let url = self.url(endpoint);
+        let body_bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
         while attempts < self.settings.retry.max_attempts {
             attempts += 1;
             let waited = Instant::now();
@@ -538,15 +551,13 @@ impl LlmClient {
                     };
                     match parsed {
                         Ok(value) => {
-                            let used = value["usage"]["total_tokens"]
-                                .as_u64()
+                            let bound = reservation.tokens.saturating_add(body_bytes);
+                            let usage = &value["usage"];
+                            let used = reported_tokens(&usage["total_tokens"], bound)
                                 .or_else(|| {
-                                    let p = value["usage"]["prompt_tokens"].as_u64()?;
-                                    Some(
-                                        p + value["usage"]["completion_tokens"]
-                                            .as_u64()
-                                            .unwrap_or(0),
-                                    )
+                                    let p = reported_tokens(&usage["prompt_tokens"], bound)?;
+                                    let c = reported_tokens(&usage["completion_tokens"], bound);
+                                    Some(p.saturating_add(c.unwrap_or(0)).min(bound))
                                 })
                                 .unwrap_or(reservation.tokens);
                             self.limiter.settle(&reservation, used);
@@ -555,6 +566,7 @@ impl LlmClient {
                                 attempts,
                                 http_time,
                                 wait_time,
+                                token_bound: bound,
                             });
                         }
                         Err(e) => {
@@ -885,16 +897,19 @@ impl LlmClient {
             http_time += exchange.http_time;
             wait_time += exchange.wait_time;
             let b = &exchange.body;
-            usage.prompt_tokens += b["usage"]["prompt_tokens"]
-                .as_u64()
-                .unwrap_or_else(|| estimate_tokens(&messages));
+            let bound = exchange.token_bound;
+            usage.prompt_tokens = usage.prompt_tokens.saturating_add(
+                reported_tokens(&b["usage"]["prompt_tokens"], bound)
+                    .unwrap_or_else(|| estimate_tokens(&messages)),
+            );
             let content = b["choices"][0]["message"]["content"]
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            usage.completion_tokens += b["usage"]["completion_tokens"]
-                .as_u64()
-                .unwrap_or_else(|| (content.chars().count() as u64).div_ceil(4));
+            usage.completion_tokens = usage.completion_tokens.saturating_add(
+                reported_tokens(&b["usage"]["completion_tokens"], bound)
+                    .unwrap_or_else(|| (content.chars().count() as u64).div_ceil(4)),
+            );
             if b["choices"][0]["finish_reason"] == "length" {
                 break Err(LlmError::Truncated {
                     stage: req.stage.clone(),
@@ -1057,9 +1072,11 @@ impl LlmClient {
                     return Err(e.error);
                 }
             };
-            let prompt_tokens = exchange.body["usage"]["prompt_tokens"]
-                .as_u64()
-                .unwrap_or(est);
+            let prompt_tokens = reported_tokens(
+                &exchange.body["usage"]["prompt_tokens"],
+                exchange.token_bound,
+            )
+            .unwrap_or(est);
             let data = exchange.body["data"]
                 .as_array()
                 .cloned()

@@ -58,24 +58,36 @@ pub fn classify(status: u16, body: &str, retry_after: Option<Duration>) -> Verdi
 }
 
 /// Parses a `Retry-After` header (seconds or an HTTP date) or OpenAI's
-/// `retry-after-ms`.
+/// `retry-after-ms`. Negative, infinite and unparsable values are ignored;
+/// a finite wait too long for a [`Duration`] (`1e300`) is
+/// [`Duration::MAX`], which is past [`MAX_RETRY_AFTER`], so the call gives
+/// up instead of waiting.
 pub fn parse_retry_after(
     retry_after: Option<&str>,
     retry_after_ms: Option<&str>,
 ) -> Option<Duration> {
-    if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    if let Some(wait) = retry_after_ms
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|ms| seconds(ms / 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let value = retry_after?.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return seconds(secs);
     }
     let when = httpdate::parse_http_date(value).ok()?;
     let when: chrono::DateTime<Utc> = when.into();
     Some((when - Utc::now()).to_std().unwrap_or(Duration::ZERO))
+}
+
+/// A wait of `secs` seconds. `Duration::from_secs_f64` panics on values
+/// it cannot hold, and servers may send anything.
+fn seconds(secs: f64) -> Option<Duration> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
 #[cfg(test)]
@@ -110,6 +122,13 @@ mod tests {
         );
         assert_eq!(parse_retry_after(Some("soon"), None), None);
         assert_eq!(parse_retry_after(Some("-3"), None), None);
+        // Too long for a Duration: the longest one (the call gives up), not
+        // a panic.
+        for huge in ["1e300", "18446744073709551616"] {
+            assert_eq!(parse_retry_after(Some(huge), None), Some(Duration::MAX));
+            assert!(parse_retry_after(None, Some(huge)).is_some_and(|d| d > MAX_RETRY_AFTER));
+        }
+        assert_eq!(parse_retry_after(Some("-0"), None), Some(Duration::ZERO));
     }
 
     #[test]

@@ -225,8 +225,9 @@ pub async fn resolve_run(
         });
     }
     // Fact resolution: duplicates fold into one edge, and within functional
-    // families a newer fact invalidates an older one, against this run's
-    // edges and the committed edges of the same source nodes.
+    // families facts take effect in valid time order, against this run's
+    // edges and the committed edges (with their history) of the same
+    // source nodes.
     let mut committed_edges = committed_edges_of(cx.ctx, &edges).await?;
     let family = |r: &str| -> String {
         cx.ontology
@@ -447,8 +448,10 @@ fn node_from_mentions(
     (row, chain)
 }
 
-/// The unexpired committed edges whose source is a source of `edges`
-/// (a DataFusion semi-join against `edges`).
+/// The committed edges whose source is a source of `edges`, expired ones
+/// included: a functional family's timeline needs the edges that already
+/// ended to tell a restatement of a valid edge from a new interval (a
+/// DataFusion semi-join against `edges`).
 async fn committed_edges_of(
     ctx: &SessionContext,
     edges: &[EdgeRow],
@@ -465,10 +468,7 @@ async fn committed_edges_of(
         Arc::new(StringArray::from(sources)),
     )?;
     let batches = ctx
-        .sql(
-            "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id \
-             WHERE e.expired_at IS NULL",
-        )
+        .sql("SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id")
         .await?
         .collect()
         .await?;

@@ -1,33 +1,83 @@
-//! The example corpus end to end with an oracle model: the test server
-//! answers every extraction and classification call from the gold file
-//! (entities as the episode writes them, aliases included; top-level
-//! types first, subtypes through the walks; facts without end dates), so
-//! what this measures is the rest of the pipeline — resolution above all.
-//! Priya Raman changes employer in March 2025: the graph must end with one
-//! valid and one invalidated EMPLOYED_BY-family fact for her.
+//! The example corpora end to end with an oracle model: the test server
+//! answers every extraction and classification call from the corpus's gold
+//! file (entities as the episode writes them, aliases included; top-level
+//! types first, subtypes through the walks; facts with their gold start
+//! and, when asked, their gold end), so what this measures is the rest of
+//! the pipeline — resolution above all. The same oracle runs on both
+//! corpora (`pipelines/gold/procurement.json`, `pipelines/gold/oncall.json`).
+//!
+//! Procurement, facts without end dates: Priya Raman changes employer in
+//! March 2025, and the graph must end with one valid and one invalidated
+//! EMPLOYED_BY-family fact for her. Oncall, facts with their end dates:
+//! every gold entity is one node, and every gold fact one edge, ended
+//! exactly when the gold says (Tomás Ferreira leaves Platform Reliability
+//! and comes back; people leave for other companies; a vendor contract is
+//! cancelled; a service changes owner). Procurement with end dates: every
+//! ended gold fact is stored ended, every other one valid.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use graphloom::eval::Quality;
 use graphloom::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
-use graphloom::run::RunOptions;
+use graphloom::resolve::normalize_name;
+use graphloom::run::{RunOptions, RunReport};
+use graphloom::spec::PipelineSpec;
 use graphloom::store::GraphStore;
 use serde_json::{Value, json};
 
 use crate::common;
 
+/// One example corpus: its pipeline spec, episode directory and gold file,
+/// relative to the repository root.
+struct Corpus {
+    pipeline: &'static str,
+    data: &'static str,
+    gold: &'static str,
+}
+
+const PROCUREMENT: Corpus = Corpus {
+    pipeline: "pipelines/procurement.toml",
+    data: "pipelines/data/procurement/",
+    gold: "pipelines/gold/procurement.json",
+};
+
+const ONCALL: Corpus = Corpus {
+    pipeline: "pipelines/oncall.toml",
+    data: "pipelines/data/oncall/",
+    gold: "pipelines/gold/oncall.json",
+};
+
+/// Whether the oracle's facts carry the gold `invalid_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// Every fact is stated as ongoing: only resolution can end one.
+    Omitted,
+    /// A fact ended in the gold file is stated with its end in every
+    /// episode that states it.
+    FromGold,
+    /// Only the latest episode that states an ended fact gives its end;
+    /// the earlier ones state it as ongoing, as a model reading one episode
+    /// at a time would.
+    LatestOnly,
+}
+
 struct Oracle {
     /// Episode id and content.
     episodes: Vec<(String, String)>,
+    /// Episode id → reference time (RFC 3339, UTC).
+    times: HashMap<String, String>,
     gold: Value,
     /// Every surface form (name or alias) → gold entity index.
     surface: HashMap<String, usize>,
+    ends: Ends,
 }
 
 impl Oracle {
-    fn load() -> Oracle {
+    fn load(corpus: &Corpus, ends: Ends) -> Oracle {
         let mut episodes = Vec::new();
-        let dir = common::repo().join("pipelines/data/procurement");
+        let mut times = HashMap::new();
+        let dir = common::repo().join(corpus.data);
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .expect("corpus")
             .map(|e| e.expect("entry").path())
@@ -36,6 +86,10 @@ impl Oracle {
         for f in files {
             for line in std::fs::read_to_string(&f).expect("read").lines() {
                 let v: Value = serde_json::from_str(line).expect("corpus line");
+                times.insert(
+                    v["id"].as_str().expect("id").to_string(),
+                    v["reference_time"].as_str().expect("time").to_string(),
+                );
                 episodes.push((
                     v["id"].as_str().expect("id").to_string(),
                     v["content"].as_str().expect("content").to_string(),
@@ -43,8 +97,7 @@ impl Oracle {
             }
         }
         let gold: Value = serde_json::from_str(
-            &std::fs::read_to_string(common::repo().join("pipelines/gold/procurement.json"))
-                .expect("gold"),
+            &std::fs::read_to_string(common::repo().join(corpus.gold)).expect("gold"),
         )
         .expect("gold json");
         let mut surface = HashMap::new();
@@ -54,16 +107,35 @@ impl Oracle {
             .iter()
             .enumerate()
         {
-            surface.insert(e["name"].as_str().expect("name").to_string(), i);
-            for a in e["aliases"].as_array().into_iter().flatten() {
-                surface.insert(a.as_str().expect("alias").to_string(), i);
+            let forms =
+                std::iter::once(&e["name"]).chain(e["aliases"].as_array().into_iter().flatten());
+            for form in forms {
+                let form = form.as_str().expect("name or alias").to_string();
+                let earlier = surface.insert(form.clone(), i);
+                assert!(
+                    earlier.is_none(),
+                    "{}: `{form}` names two gold entities",
+                    corpus.gold
+                );
             }
         }
         Oracle {
             episodes,
+            times,
             gold,
             surface,
+            ends,
         }
+    }
+
+    /// The gold entity a node name (any surface form, compared folded as
+    /// `graphloom eval` does) stands for.
+    fn entity_of_name(&self, name: &str) -> Option<usize> {
+        let name = normalize_name(name);
+        self.surface
+            .iter()
+            .find(|(form, _)| normalize_name(form) == name)
+            .map(|(_, &i)| i)
     }
 
     fn episode_of(&self, prompt: &str) -> Option<&(String, String)> {
@@ -106,9 +178,25 @@ impl Oracle {
             .collect()
     }
 
+    /// The fact text the oracle writes for gold fact `f`; two intervals of
+    /// one relationship (someone who leaves a team and comes back) differ
+    /// by their start.
+    /// The latest episode, by reference time, that states gold fact `f`.
+    fn latest_of<'a>(&self, f: &'a Value) -> Option<&'a str> {
+        f["episodes"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .max_by_key(|id| self.times.get(*id))
+    }
+
     fn fact_text(f: &Value) -> String {
+        let since = f["valid_at"]
+            .as_str()
+            .map(|v| format!(" since {}", &v[..10]))
+            .unwrap_or_default();
         format!(
-            "{} {} {}.",
+            "{} {} {}{since}.",
             f["source"].as_str().unwrap_or_default(),
             f["chain"][0]
                 .as_str()
@@ -160,7 +248,14 @@ impl Oracle {
                         "relation_type": f["chain"][0],
                         "fact": Oracle::fact_text(f),
                         "valid_at": f["valid_at"],
-                        "invalid_at": null
+                        "invalid_at": match self.ends {
+                            Ends::Omitted => Value::Null,
+                            Ends::FromGold => f["invalid_at"].clone(),
+                            Ends::LatestOnly if self.latest_of(f) == Some(id.as_str()) => {
+                                f["invalid_at"].clone()
+                            }
+                            Ends::LatestOnly => Value::Null,
+                        }
                     }))
                 })
                 .collect();
@@ -240,19 +335,28 @@ impl Oracle {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_example_corpus_resolves_into_one_node_per_entity_and_one_current_employer() {
-    let oracle = Arc::new(Oracle::load());
+/// A graph built from `corpus` with the oracle as the model.
+struct Outcome {
+    oracle: Arc<Oracle>,
+    store: GraphStore,
+    report: RunReport,
+    quality: Quality,
+    _dir: tempfile::TempDir,
+}
+
+async fn run_oracle(corpus: &Corpus, ends: Ends) -> Outcome {
+    let oracle = Arc::new(Oracle::load(corpus, ends));
     let o = oracle.clone();
     let server = TestServer::start(Behavior::with_responder(move |req| o.answer(req)))
         .await
         .expect("server");
     let dir = tempfile::tempdir().expect("temp dir");
-    let (mut spec, _) = common::procurement();
+    let mut spec =
+        PipelineSpec::from_path(&common::repo().join(corpus.pipeline)).expect("pipeline spec");
     let source = spec.source.clone().expect("source");
     spec.source = Some(graphloom::spec::SourceSpec {
         url: common::repo()
-            .join("pipelines/data/procurement/")
+            .join(corpus.data)
             .to_str()
             .expect("utf-8")
             .to_string(),
@@ -276,9 +380,138 @@ async fn the_example_corpus_resolves_into_one_node_per_entity_and_one_current_em
         "{:?}",
         report.failure_samples
     );
+    let gold = graphloom::eval::Gold::from_path(&common::repo().join(corpus.gold)).expect("gold");
+    let quality = graphloom::eval::evaluate(&store, &gold)
+        .await
+        .expect("eval");
+    eprintln!(
+        "{} ({ends:?}), oracle extraction: {} nodes for {} gold entities, precision {:.3}, recall {:.3}, chains {:.3}, facts {:.3} ({} of {} with the exact type), ambiguous {}, duplicates {}, invalidated {}",
+        corpus.gold,
+        quality.nodes,
+        quality.gold_entities,
+        quality.entity_precision(),
+        quality.entity_recall(),
+        quality.chain_accuracy(),
+        quality.fact_recall(),
+        quality.relation_exact,
+        quality.gold_facts,
+        report.ambiguous_entities,
+        report.duplicate_facts,
+        report.invalidated_facts
+    );
+    Outcome {
+        oracle,
+        store,
+        report,
+        quality,
+        _dir: dir,
+    }
+}
 
+/// An edge as the checks below read it: its endpoints as gold entities
+/// (by node name), its relation type and its validity.
+#[derive(Debug)]
+struct StoredEdge {
+    source: Option<usize>,
+    target: Option<usize>,
+    relation: String,
+    valid_at: Option<String>,
+    invalid_at: Option<String>,
+    expired: bool,
+}
+
+async fn stored_edges(o: &Outcome) -> Vec<StoredEdge> {
     let rows = crate::run_pipeline::query(
-        &store,
+        &o.store,
+        "SELECT s.name AS s, t.name AS t, e.relation_type AS r, e.valid_at AS v, \
+         e.invalid_at AS i, e.expired_at IS NOT NULL AS expired FROM edges e \
+         JOIN nodes s ON s.node_id = e.source_node_id JOIN nodes t ON t.node_id = e.target_node_id",
+    )
+    .await;
+    let text = |row: &Value, k: &str| row.get(k).and_then(Value::as_str).map(str::to_string);
+    rows.iter()
+        .map(|row| StoredEdge {
+            source: text(row, "s").and_then(|n| o.oracle.entity_of_name(&n)),
+            target: text(row, "t").and_then(|n| o.oracle.entity_of_name(&n)),
+            relation: text(row, "r").unwrap_or_default(),
+            valid_at: text(row, "v"),
+            invalid_at: text(row, "i"),
+            expired: row["expired"] == true,
+        })
+        .collect()
+}
+
+/// For every gold fact the oracle states (in an episode that mentions both
+/// its entities), the edges that carry it: between nodes of its two
+/// entities, with its most specific type and its start.
+fn edges_of_facts<'a>(o: &Outcome, edges: &'a [StoredEdge]) -> Vec<(Value, Vec<&'a StoredEdge>)> {
+    let entity = |name: &Value| name.as_str().and_then(|n| o.oracle.surface.get(n).copied());
+    let mentioned = |i: usize, id: &Value| {
+        o.oracle.gold["entities"][i]["episodes"]
+            .as_array()
+            .is_some_and(|eps| eps.contains(id))
+    };
+    o.oracle.gold["facts"]
+        .as_array()
+        .expect("facts")
+        .iter()
+        .filter(|f| {
+            let (Some(s), Some(t)) = (entity(&f["source"]), entity(&f["target"])) else {
+                return true;
+            };
+            f["episodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|id| mentioned(s, id) && mentioned(t, id))
+        })
+        .map(|f| {
+            let (s, t) = (entity(&f["source"]), entity(&f["target"]));
+            assert!(
+                s.is_some() && t.is_some(),
+                "fact endpoints are gold entities: {f}"
+            );
+            let carrying = edges
+                .iter()
+                .filter(|e| {
+                    e.source == s
+                        && e.target == t
+                        && Some(e.relation.as_str()) == f["relation_type"].as_str()
+                        && e.valid_at.as_deref() == f["valid_at"].as_str()
+                })
+                .collect();
+            (f.clone(), carrying)
+        })
+        .collect()
+}
+
+/// Every ended gold fact is stored ended at its gold `invalid_at`, every
+/// other one valid and unexpired, in each edge that carries it.
+fn assert_ends_as_in_gold(facts: &[(Value, Vec<&StoredEdge>)]) {
+    for (f, carrying) in facts {
+        assert!(!carrying.is_empty(), "no edge carries {f}");
+        for e in carrying {
+            match f["invalid_at"].as_str() {
+                Some(end) => assert_eq!(
+                    e.invalid_at.as_deref(),
+                    Some(end),
+                    "ended fact stored with another end: {f} as {e:?}"
+                ),
+                None => assert!(
+                    e.invalid_at.is_none() && !e.expired,
+                    "ongoing fact stored ended: {f} as {e:?}"
+                ),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_procurement_corpus_resolves_into_one_node_per_entity_and_one_current_employer() {
+    let o = run_oracle(&PROCUREMENT, Ends::Omitted).await;
+    let (store, q) = (&o.store, &o.quality);
+    let rows = crate::run_pipeline::query(
+        store,
         "SELECT t.name AS company, e.relation_type AS r, e.valid_at AS v, e.invalid_at AS i, \
          e.expired_at IS NOT NULL AS expired FROM edges e \
          JOIN nodes s ON s.node_id = e.source_node_id JOIN nodes t ON t.node_id = e.target_node_id \
@@ -293,39 +526,19 @@ async fn the_example_corpus_resolves_into_one_node_per_entity_and_one_current_em
     assert!(rows[1].get("i").is_none_or(Value::is_null), "{rows:?}");
     assert_eq!(rows[1]["expired"], false);
     let priya = crate::run_pipeline::query(
-        &store,
+        store,
         "SELECT count(*) AS n FROM nodes WHERE name_normalized LIKE '%raman%'",
     )
     .await;
     assert_eq!(priya[0]["n"], 1, "one node for Priya across her episodes");
 
-    // Resolution quality with perfect extraction: floors, the measured
-    // figures are in the README.
-    let gold =
-        graphloom::eval::Gold::from_path(&common::repo().join("pipelines/gold/procurement.json"))
-            .expect("gold");
-    let q = graphloom::eval::evaluate(&store, &gold)
-        .await
-        .expect("eval");
-    eprintln!(
-        "oracle extraction: {} nodes for {} gold entities, precision {:.3}, recall {:.3}, chains {:.3}, facts {:.3}, ambiguous {}, duplicates {}, invalidated {}",
-        q.nodes,
-        q.gold_entities,
-        q.entity_precision(),
-        q.entity_recall(),
-        q.chain_accuracy(),
-        q.fact_recall(),
-        report.ambiguous_entities,
-        report.duplicate_facts,
-        report.invalidated_facts
-    );
     // Every person and company of the gold file (15), and every purchase
     // order and order form (10), is exactly one node, whatever alias,
     // first name or suffix the episodes used. (Descriptive references
     // such as "our MSA" or "docks" share no name with their entity and
     // stay nodes of their own; see the README.)
     let named = crate::run_pipeline::query(
-        &store,
+        store,
         "SELECT count(*) AS n, count(DISTINCT name_normalized) AS d FROM nodes \
          WHERE type IN ('Person', 'Company') OR (type IN ('PurchaseOrder', 'OrderForm') AND name NOT LIKE 'the %')",
     )
@@ -335,7 +548,143 @@ async fn the_example_corpus_resolves_into_one_node_per_entity_and_one_current_em
         (Some(25), Some(25)),
         "{named:?}"
     );
+    // Resolution quality with perfect extraction: floors, the measured
+    // figures are in the README.
     assert!(q.entity_recall() >= 0.99, "{q:?}");
     assert!(q.entity_precision() >= 0.9, "{q:?}");
     assert!(q.fact_recall() >= 0.9, "{q:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_procurement_corpus_stores_each_ended_fact_ended_when_facts_carry_their_end() {
+    let o = run_oracle(&PROCUREMENT, Ends::FromGold).await;
+    let edges = stored_edges(&o).await;
+    let facts = edges_of_facts(&o, &edges);
+    // Priya Raman's Acme Corp employment ends on her last day, not at her
+    // Brightline Systems start; the cancelled PO-4417 ends for both parties.
+    // (67 of the 68 gold facts: "Northwind Outfitters PARTY_TO New Acme
+    // contract" lists episodes that do not name Northwind, so no episode
+    // states it.)
+    assert_eq!(facts.len(), 67);
+    let ended = facts
+        .iter()
+        .filter(|(f, _)| f["invalid_at"].is_string())
+        .count();
+    assert_eq!(ended, 3);
+    assert_ends_as_in_gold(&facts);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_oncall_corpus_resolves_into_one_node_per_entity_and_one_edge_per_fact_ended_as_in_gold()
+ {
+    let o = run_oracle(&ONCALL, Ends::FromGold).await;
+    let (q, report) = (&o.quality, &o.report);
+    // Every gold fact fits its type's source_targets, every name is kept.
+    assert!(
+        report.failures_by_stage.is_empty(),
+        "{:?} {:?}",
+        report.failures_by_stage,
+        report.failure_samples
+    );
+
+    // One node per gold entity, whatever first name, suffix, catalogue slug
+    // or case the episodes used, and no other node.
+    let nodes = crate::run_pipeline::query(&o.store, "SELECT name FROM nodes ORDER BY name").await;
+    let mut per_entity: HashMap<usize, Vec<String>> = HashMap::new();
+    for n in &nodes {
+        let name = n["name"].as_str().expect("name").to_string();
+        let Some(i) = o.oracle.entity_of_name(&name) else {
+            panic!("node `{name}` is no gold entity");
+        };
+        per_entity.entry(i).or_default().push(name);
+    }
+    let entities = o.oracle.gold["entities"].as_array().expect("entities");
+    for (i, e) in entities.iter().enumerate() {
+        assert_eq!(
+            per_entity.get(&i).map_or(0, Vec::len),
+            1,
+            "{}: {:?}",
+            e["name"],
+            per_entity.get(&i)
+        );
+    }
+    assert_eq!(nodes.len(), entities.len(), "{nodes:?}");
+    assert_eq!(
+        (q.entity_precision(), q.entity_recall(), q.chain_accuracy()),
+        (1.0, 1.0, 1.0),
+        "{q:?}"
+    );
+
+    // One edge per gold fact, of its exact type, and no other edge.
+    let edges = stored_edges(&o).await;
+    let facts = edges_of_facts(&o, &edges);
+    assert_eq!(
+        facts.len(),
+        q.gold_facts,
+        "every gold fact is stated somewhere"
+    );
+    for (f, carrying) in &facts {
+        assert_eq!(carrying.len(), 1, "{f}: {carrying:?}");
+    }
+    assert_eq!(edges.len(), facts.len(), "{edges:?}");
+    assert_eq!(
+        (q.fact_recall(), q.relation_exact),
+        (1.0, q.gold_facts),
+        "{q:?}"
+    );
+
+    // Ended relationships, however the episodes put it ("has left", "no
+    // longer", "until the end of March", "was cancelled", "left A and
+    // joined B"), are stored ended at their gold end; the rest are valid.
+    let ended = facts
+        .iter()
+        .filter(|(f, _)| f["invalid_at"].is_string())
+        .count();
+    assert_eq!(ended, 12);
+    assert_ends_as_in_gold(&facts);
+
+    // Tomás Ferreira leaves Platform Reliability for Payments Engineering
+    // and comes back: two intervals on one team, one on the other.
+    let tomas = o.oracle.surface["Tomás Ferreira"];
+    let mut teams: Vec<(String, Option<String>)> = edges
+        .iter()
+        .filter(|e| e.source == Some(tomas) && e.relation == "MEMBER_OF")
+        .map(|e| {
+            let team = &entities[e.target.expect("team")]["name"];
+            (
+                team.as_str().unwrap_or_default().to_string(),
+                e.invalid_at.clone(),
+            )
+        })
+        .collect();
+    teams.sort();
+    assert_eq!(
+        teams,
+        vec![
+            (
+                "Payments Engineering".to_string(),
+                Some("2025-08-04T00:00:00Z".to_string())
+            ),
+            ("Platform Reliability".to_string(), None),
+            (
+                "Platform Reliability".to_string(),
+                Some("2025-03-03T00:00:00Z".to_string())
+            ),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_end_stated_only_by_the_latest_episode_ends_the_fact_in_both_corpora() {
+    for (corpus, ended) in [(&PROCUREMENT, 3), (&ONCALL, 12)] {
+        let o = run_oracle(corpus, Ends::LatestOnly).await;
+        let edges = stored_edges(&o).await;
+        let facts = edges_of_facts(&o, &edges);
+        let n = facts
+            .iter()
+            .filter(|(f, _)| f["invalid_at"].is_string())
+            .count();
+        assert_eq!(n, ended, "{}", corpus.gold);
+        assert_ends_as_in_gold(&facts);
+    }
 }

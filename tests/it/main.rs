@@ -3,7 +3,9 @@
 
 mod add_command;
 mod common;
+mod convergence;
 mod corpus_resolution;
+mod fuzz;
 mod interop;
 mod llm_client;
 mod llm_test_server;

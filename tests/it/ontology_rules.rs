@@ -1013,6 +1013,29 @@ fn a_key_pasted_into_the_wrong_field_is_not_echoed() {
         !shown.contains(secret),
         "the value must not be echoed: {shown}"
     );
+    // Nor when it lands under a key of another type: serde's messages quote
+    // the value they refused.
+    for (line, words) in [
+        ("requests_per_minute", "invalid type: string, expected u32"),
+        ("api_style", "unknown variant, expected `openai` or `azure`"),
+        ("extra_body", "invalid type: string, expected a map"),
+    ] {
+        let err = spec_error(&format!("[llm]\n{line} = \"{secret}\"\n"));
+        let shown = format!("{err} {err:?}");
+        assert!(
+            shown.contains("line ") && shown.contains(", column "),
+            "{shown}"
+        );
+        assert!(shown.contains(words), "{shown}");
+        assert!(!shown.contains("SECRET123"), "value echoed: {shown}");
+    }
+    // Short plain values are still shown: they help.
+    let err = spec_error("[llm]\nrequests_per_minute = \"600\"\n");
+    assert!(
+        err.to_string()
+            .contains("invalid type: string \"600\", expected u32"),
+        "{err}"
+    );
     for value in [" sk-proj-SECRET", "gsk_abcdef", "not a name!"] {
         let err = spec_error(&format!("[llm]\napi_key_env = \"{value}\"\n"));
         let shown = format!("{err} {err:?}");

@@ -496,6 +496,70 @@ async fn walk_batches_follow_the_batch_size_and_strict_mode_drops_untyped_entiti
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_walk_batch_that_fails_is_asked_again_in_halves_so_one_runaway_item_costs_no_neighbour_its_type()
+ {
+    let f = fixture(|_| {}).await;
+    // Any Contract walk that includes "New Acme contract" fails (as a reply
+    // cut at max_tokens would, after its repair), the rest are answered.
+    let inner = responder(f.fail_entities.clone(), f.po_is_plain.clone());
+    f.server
+        .set_behavior(Behavior::with_responder(move |req: &ChatRequestView| {
+            let system = req.last("system").unwrap_or_default();
+            let user = req.last("user").unwrap_or_default();
+            if system.contains("already classified as Contract")
+                && user.contains("New Acme contract")
+            {
+                return Reply::error(400, "runaway item", "invalid_request_error", None);
+            }
+            inner(req)
+        }));
+    let report = run(&f).await;
+    // Three Contract mentions (PO-1 twice, the new contract): all three
+    // fail, then PO-1 and PO-1 succeed, then the new contract fails alone.
+    let walks = stage_calls(&f.server, "already classified as Contract");
+    let mut sizes: Vec<usize> = walks
+        .iter()
+        .map(|r| {
+            r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .matches("\n[")
+                .count()
+                + 1
+        })
+        .collect();
+    // The two halves are asked concurrently, so they may arrive in either
+    // order; the whole batch always comes first.
+    if let Some(halves) = sizes.get_mut(1..) {
+        halves.sort_unstable();
+    }
+    assert_eq!(sizes, vec![3, 1, 2], "{report:?}");
+    let po = query(&f.store, "SELECT type FROM nodes WHERE name = 'PO-1'").await;
+    assert_eq!(po[0]["type"], "PurchaseOrder", "PO-1 keeps its subtype");
+    let new = query(
+        &f.store,
+        "SELECT type FROM nodes WHERE name = 'New Acme contract'",
+    )
+    .await;
+    assert_eq!(
+        new[0]["type"], "Contract",
+        "the runaway item stays at its parent"
+    );
+    let failures = query(
+        &f.store,
+        "SELECT item, reason FROM failures WHERE stage = 'classify_entities'",
+    )
+    .await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("alone") && r.contains("runaway item")),
+        "{failures:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_grown_archive_resolves_new_mentions_to_committed_nodes_and_upgrades_chains() {
     let f = fixture(|_| {}).await;
     // First run: PO-1 fits no subtype yet, so it is a plain Contract.
@@ -786,14 +850,14 @@ async fn summaries_and_embeddings_are_added_when_asked_for() {
 
 /// The graph's content without ids and timestamps, for comparing graphs
 /// built along different paths.
-async fn content(store: &GraphStore) -> Vec<Vec<Value>> {
+pub(crate) async fn content(store: &GraphStore) -> Vec<Vec<Value>> {
     let mut out = Vec::new();
     for sql in [
         "SELECT name, type, labels, attributes, cardinality(episode_ids) AS eps, rank FROM nodes ORDER BY name, type",
         "SELECT s.name AS s, t.name AS t, e.relation_type, e.fact, e.valid_at, e.invalid_at, \
          e.expired_at IS NOT NULL AS expired, cardinality(e.episode_ids) AS eps \
          FROM edges e JOIN nodes s ON s.node_id = e.source_node_id JOIN nodes t ON t.node_id = e.target_node_id \
-         ORDER BY s, t, relation_type, fact",
+         ORDER BY s, t, relation_type, fact, valid_at, invalid_at, eps",
         "SELECT n.name, l.label, l.depth FROM node_labels l JOIN nodes n ON n.node_id = l.node_id ORDER BY 1, 2, 3",
         "SELECT episode_id FROM episodes ORDER BY episode_id",
     ] {
