@@ -842,6 +842,12 @@ mod tests {
         let a = generate(40, 3);
         let b = generate(40, 3);
         assert_eq!(a.lines, b.lines);
-        assert_eq!(a.answers.len(), 40);
+        // Two join messages may read the same (same person, role and day):
+        // what matters is that every episode's text has its answer.
+        for line in &a.lines {
+            let record: Value = serde_json::from_str(line).expect("a JSON line");
+            let content = record["content"].as_str().expect("content");
+            assert!(a.answers.contains_key(content), "{content}");
+        }
     }
 }

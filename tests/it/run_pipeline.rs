@@ -1090,3 +1090,62 @@ async fn a_replay_from_the_cache_makes_no_calls_whatever_order_replies_arrived_i
         (first.nodes_added, first.edges_added)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_has_no_reply_for()
+{
+    let f = fixture(|_| {}).await;
+    let first = run(&f).await;
+    assert!(first.episodes_added > 0, "{first:?}");
+    let original = content(&f.store).await;
+    let calls = f.server.requests().len();
+    let ontology = graphloom::ontology::Ontology::try_from(&f.spec.ontology).expect("ontology");
+    let fresh = tempfile::tempdir().expect("temp dir");
+    let replay = |cache: String, graph: &str| {
+        let mut spec = f.spec.clone();
+        spec.llm.cache_url = Some(cache);
+        let store = GraphStore::open(
+            fresh.path().join(graph).to_str().expect("utf-8"),
+            &Default::default(),
+        )
+        .expect("open");
+        let ontology = &ontology;
+        async move {
+            let options = RunOptions {
+                cache: graphloom::llm::CacheMode::Replay,
+                ..RunOptions::default()
+            };
+            let report = graphloom::run::run(&spec, ontology, &store, &options)
+                .await
+                .expect("a replay run completes");
+            (report, store)
+        }
+    };
+
+    // From an empty cache: nothing is asked, and every episode that needed
+    // a reply fails with a reason that says why (the next run retries it).
+    let empty = fresh.path().join("empty-cache");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let (report, store) = replay(format!("file://{}/", empty.display()), "from-empty").await;
+    assert_eq!(f.server.requests().len(), calls, "a replay called the model");
+    assert_eq!(report.episodes_added, 0, "{report:?}");
+    let failed = query(
+        &store,
+        "SELECT count(*) AS n FROM failures WHERE stage = 'extract_entities' \
+         AND reason LIKE '%no reply for this request in the response cache%'",
+    )
+    .await;
+    assert_eq!(
+        failed[0]["n"], first.episodes_planned,
+        "one failure per episode: {report:?}"
+    );
+
+    // From the first run's cache: the same graph, still without a call.
+    let (report, store) = replay(format!("{}_cache/llm/", f.store.url()), "from-cache").await;
+    assert_eq!(f.server.requests().len(), calls, "a replay called the model");
+    assert_eq!(
+        report.cache_hits,
+        first.calls_by_stage.values().sum::<usize>()
+    );
+    assert_eq!(content(&store).await, original);
+}

@@ -1,0 +1,62 @@
+//! The `graphloom bench run` and `bench add` generators and drivers, at a
+//! small size: what they print as figures must come from runs that did
+//! the whole job.
+
+use graphloom::bench::add::{AddBench, run_add_bench};
+use graphloom::bench::pipeline::{RunBench, run_pipeline_bench};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_bench_replays_its_archive_from_the_cache_without_a_request_into_the_same_graph() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = run_pipeline_bench(RunBench {
+        episodes: 120,
+        scale: Some(2),
+        seed: 3,
+        dir: dir.path().to_path_buf(),
+        concurrency: 4,
+    })
+    .await
+    .expect("bench runs");
+    assert_eq!(
+        report.sizes.iter().map(|s| s.episodes).collect::<Vec<_>>(),
+        vec![60, 120]
+    );
+    for size in &report.sizes {
+        let (first, replay) = (&size.first, &size.replay);
+        assert_eq!(first.run.episodes_added, size.episodes, "{first:?}");
+        assert!(first.run.failures_by_stage.is_empty(), "{first:?}");
+        assert_eq!(first.http_requests, first.calls(), "{first:?}");
+        assert!(first.run.edges_added > 0 && first.run.nodes_added > 0);
+        assert_eq!(replay.http_requests, 0, "{replay:?}");
+        assert_eq!(replay.run.cache_hits, first.calls(), "{replay:?}");
+        assert_eq!(
+            (replay.run.nodes_added, replay.run.edges_added),
+            (first.run.nodes_added, first.run.edges_added)
+        );
+        assert!(
+            replay.run.stage_seconds.iter().any(|(s, _)| *s == "resolve"),
+            "{replay:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_add_bench_accounts_for_every_line_it_generates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = run_add_bench(AddBench {
+        nodes: 2_000,
+        facts: 1_000,
+        seed: 5,
+        dir: dir.path().to_path_buf(),
+    })
+    .await
+    .expect("bench runs");
+    assert_eq!(report.sizes.len(), 2);
+    for s in &report.sizes {
+        // A tenth of the facts name an endpoint that is nowhere: those
+        // lines fail; every other line is a node or an edge.
+        assert!(s.failures > 0, "{s:?}");
+        assert_eq!(s.edges_added as usize + s.failures, s.facts, "{s:?}");
+        assert_eq!(s.nodes_added as usize, s.nodes + s.implicit_nodes, "{s:?}");
+    }
+}
