@@ -547,7 +547,13 @@ pub fn fact_request(
     context: &[&Episode],
     mentions: &[Mention],
 ) -> (ChatRequest, Value) {
-    fact_request_with(&fact_prompt(ontology, spec), spec, episode, context, mentions)
+    fact_request_with(
+        &fact_prompt(ontology, spec),
+        spec,
+        episode,
+        context,
+        mentions,
+    )
 }
 
 /// The system prompt of fact calls.

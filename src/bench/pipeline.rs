@@ -215,7 +215,7 @@ impl World {
             (HOMES as u64, self.companies.len() as u64 - HOMES as u64)
         };
         let base = h % n;
-        let k = if era == 1 && (h >> 20) % 5 == 0 {
+        let k = if era == 1 && (h >> 20).is_multiple_of(5) {
             (base + 1 + (h >> 32) % (n - 1).max(1)) % n
         } else {
             base

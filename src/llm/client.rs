@@ -1218,7 +1218,8 @@ mod tests {
             Message::system("Rules:\n- \"quoted\", tabs\t, ünïcödé → and \u{1f600}"),
             Message::user("<CURRENT EPISODE kind=\"message\">\nhi\n</CURRENT EPISODE>"),
         ];
-        let schema = json!({"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "y"]}}});
+        let schema =
+            json!({"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "y"]}}});
         let mut extra = serde_json::Map::new();
         extra.insert("cache_prompt".into(), json!(false));
         extra.insert("seed".into(), json!(7));
@@ -1257,6 +1258,9 @@ mod tests {
         );
         // And the streamed hash is the hash of the string.
         let v = json!({"k": "v"});
-        assert_eq!(cache_key(&v), blake3::hash(v.to_string().as_bytes()).to_hex().to_string());
+        assert_eq!(
+            cache_key(&v),
+            blake3::hash(v.to_string().as_bytes()).to_hex().to_string()
+        );
     }
 }

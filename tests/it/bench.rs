@@ -34,7 +34,11 @@ async fn the_run_bench_replays_its_archive_from_the_cache_without_a_request_into
             (first.run.nodes_added, first.run.edges_added)
         );
         assert!(
-            replay.run.stage_seconds.iter().any(|(s, _)| *s == "resolve"),
+            replay
+                .run
+                .stage_seconds
+                .iter()
+                .any(|(s, _)| *s == "resolve"),
             "{replay:?}"
         );
     }

@@ -336,7 +336,11 @@ async fn an_entity_written_the_same_way_in_thousands_of_episodes_costs_no_pairs(
         ));
     }
     mentions.push(key("ACME corp.", &["Company"], "{}"));
-    mentions.push(key("P. Raman", &["Person"], r#"{"email": "Priya@acme.test"}"#));
+    mentions.push(key(
+        "P. Raman",
+        &["Person"],
+        r#"{"email": "Priya@acme.test"}"#,
+    ));
     let (r, open) = resolve(&[], &mentions, &ResolveSpec::default()).await;
     let pairs: usize = r.stats.pairs.values().sum();
     assert!(pairs <= 4, "{:?}", r.stats);
@@ -442,11 +446,19 @@ fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
     };
     let functional = vec!["EMPLOYED_BY".to_string()];
     let edge = |rng: &mut rand::rngs::StdRng, k: usize| {
-        let relation = ["PARTY_TO", "SIGNED", "EMPLOYED_BY", "WORKS_FULL_TIME_FOR", "ORDERS"]
-            [rng.random_range(0..5)];
+        let relation = [
+            "PARTY_TO",
+            "SIGNED",
+            "EMPLOYED_BY",
+            "WORKS_FULL_TIME_FOR",
+            "ORDERS",
+        ][rng.random_range(0..5)];
         let target = format!("t{}", rng.random_range(0..6));
-        let valid_at = (rng.random_range(0..4) > 0)
-            .then(|| chrono::Utc.with_ymd_and_hms(2024, 1, rng.random_range(1..6), 0, 0, 0).unwrap());
+        let valid_at = (rng.random_range(0..4) > 0).then(|| {
+            chrono::Utc
+                .with_ymd_and_hms(2024, 1, rng.random_range(1..6), 0, 0, 0)
+                .unwrap()
+        });
         EdgeRow {
             edge_id: format!("e{k}"),
             group_id: "g".into(),
@@ -466,8 +478,12 @@ fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
         }
     };
     for round in 0..200 {
-        let committed: Vec<EdgeRow> = (0..rng.random_range(0..30)).map(|k| edge(&mut rng, k)).collect();
-        let new: Vec<EdgeRow> = (0..rng.random_range(0..60)).map(|k| edge(&mut rng, 100 + k)).collect();
+        let committed: Vec<EdgeRow> = (0..rng.random_range(0..30))
+            .map(|k| edge(&mut rng, k))
+            .collect();
+        let new: Vec<EdgeRow> = (0..rng.random_range(0..60))
+            .map(|k| edge(&mut rng, 100 + k))
+            .collect();
         let max = rng.random_range(0..6);
         assert_eq!(
             contradiction_candidates(&new, &committed, &functional, &family, max),

@@ -1092,8 +1092,7 @@ async fn a_replay_from_the_cache_makes_no_calls_whatever_order_replies_arrived_i
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_has_no_reply_for()
-{
+async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_has_no_reply_for() {
     let f = fixture(|_| {}).await;
     let first = run(&f).await;
     assert!(first.episodes_added > 0, "{first:?}");
@@ -1127,7 +1126,11 @@ async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_
     let empty = fresh.path().join("empty-cache");
     std::fs::create_dir_all(&empty).expect("mkdir");
     let (report, store) = replay(format!("file://{}/", empty.display()), "from-empty").await;
-    assert_eq!(f.server.requests().len(), calls, "a replay called the model");
+    assert_eq!(
+        f.server.requests().len(),
+        calls,
+        "a replay called the model"
+    );
     assert_eq!(report.episodes_added, 0, "{report:?}");
     let failed = query(
         &store,
@@ -1142,7 +1145,11 @@ async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_
 
     // From the first run's cache: the same graph, still without a call.
     let (report, store) = replay(format!("{}_cache/llm/", f.store.url()), "from-cache").await;
-    assert_eq!(f.server.requests().len(), calls, "a replay called the model");
+    assert_eq!(
+        f.server.requests().len(),
+        calls,
+        "a replay called the model"
+    );
     assert_eq!(
         report.cache_hits,
         first.calls_by_stage.values().sum::<usize>()
