@@ -25,9 +25,9 @@ use object_store::ObjectStoreExt;
 
 use crate::objstore;
 use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType, is_relation_type_name};
-use crate::resolve::normalize_name;
 use crate::store::rows::{self, EdgeRow, FailureRow, NodeRow};
 use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
+use crate::text::normalize_name;
 use crate::values::{check_value, parse_time};
 
 /// Errors of the add command (bad lines are failures rows, not errors).

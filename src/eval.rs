@@ -12,9 +12,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::resolve::normalize_name;
 use crate::store::rows::{self, EdgeRow, EpisodeRow, NodeRow};
 use crate::store::{GraphStore, StoreError, Table};
+use crate::text::normalize_name;
 
 /// Errors of the evaluation.
 #[derive(Debug, thiserror::Error)]

@@ -19,49 +19,14 @@ use serde_json::{Map, Value, json};
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::ontology::{ENTITY_LABEL, EdgeTypeSpec, Ontology, PropertySpec, is_relation_type_name};
-use crate::resolve::normalize_name;
 use crate::source::Episode;
+use crate::text::normalize_name;
 use crate::values::{coerce_text, parse_time};
+
+pub use crate::spec::extract::ExtractSpec;
 
 /// Version of the extraction prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "extract-v1";
-
-/// `[extract]` settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ExtractSpec {
-    /// Earlier episodes of the same document given as context.
-    pub context_episodes: usize,
-    /// Characters of each context episode shown.
-    pub context_chars: usize,
-    /// Extra instructions added to the extraction prompts.
-    pub custom_instructions: String,
-    /// Entities (or facts) per subtype-classification call.
-    pub classify_batch_size: usize,
-    /// Bound on the entity reply.
-    pub entity_max_tokens: u32,
-    /// Bound on the fact reply.
-    pub fact_max_tokens: u32,
-    /// Time budget of one call, retries included, in seconds.
-    pub call_budget_secs: u64,
-    /// Most entities kept from one episode.
-    pub max_entities_per_episode: usize,
-}
-
-impl Default for ExtractSpec {
-    fn default() -> Self {
-        ExtractSpec {
-            context_episodes: 3,
-            context_chars: 1_200,
-            custom_instructions: String::new(),
-            classify_batch_size: 16,
-            entity_max_tokens: 1_200,
-            fact_max_tokens: 1_600,
-            call_budget_secs: 300,
-            max_entities_per_episode: 40,
-        }
-    }
-}
 
 /// One entity found in one episode.
 #[derive(Debug, Clone, PartialEq)]

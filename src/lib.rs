@@ -28,10 +28,13 @@ pub mod objstore;
 pub mod ontology;
 pub mod query;
 pub mod resolve;
+pub mod rows;
 pub mod run;
+pub mod scratch;
 pub mod source;
 pub mod spec;
 pub mod store;
+pub mod text;
 pub mod values;
 
 /// Errors of any layer, as the command line reports them. Layers with

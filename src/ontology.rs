@@ -9,8 +9,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
+pub use crate::spec::ontology::{
+    EdgeTypeSpec, EntityTypeSpec, Hierarchy, OntologySpec, PropertySpec, PropertyType, SourceTarget,
+};
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
 
 /// The built-in label every node carries; no custom type may use it.
 pub const ENTITY_LABEL: &str = "Entity";
@@ -63,120 +65,6 @@ pub const RESERVED_EDGE_PROPERTIES: &[&str] = &[
     "origin",
     "run_id",
 ];
-
-/// Value kinds a property may declare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PropertyType {
-    /// A string.
-    Text,
-    /// A whole number (JSON integer).
-    Int,
-    /// A number (JSON integer or float).
-    Float,
-    /// `true` / `false`.
-    Bool,
-    /// A calendar date, `YYYY-MM-DD` (an RFC 3339 timestamp is accepted and
-    /// cut to its date).
-    Date,
-}
-
-impl fmt::Display for PropertyType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PropertyType::Text => "text",
-            PropertyType::Int => "int",
-            PropertyType::Float => "float",
-            PropertyType::Bool => "bool",
-            PropertyType::Date => "date",
-        })
-    }
-}
-
-/// One property of a type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PropertySpec {
-    /// Property name, the key inside `attributes`.
-    pub name: String,
-    /// Value kind.
-    #[serde(rename = "type")]
-    pub kind: PropertyType,
-    /// What the property holds; shown to the model.
-    #[serde(default)]
-    pub description: String,
-}
-
-/// A custom entity type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EntityTypeSpec {
-    /// Type name, also the node label.
-    pub name: String,
-    /// Membership rule, an example and a near miss; shown to the model.
-    pub description: String,
-    /// Properties of this type only (no inheritance from parents).
-    #[serde(default)]
-    pub properties: Vec<PropertySpec>,
-    /// Properties whose equal values identify the same real-world entity.
-    #[serde(default)]
-    pub identity_properties: Vec<String>,
-}
-
-/// An allowed (source, target) entity-type pair of an edge type.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceTarget {
-    /// Entity type of the source node (`Entity` = any).
-    pub source: String,
-    /// Entity type of the target node (`Entity` = any).
-    pub target: String,
-}
-
-/// A custom edge (fact) type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EdgeTypeSpec {
-    /// Type name in SCREAMING_SNAKE_CASE; stored as `edges.relation_type`.
-    pub name: String,
-    /// When a fact is of this type; shown to the model.
-    pub description: String,
-    /// Properties of this type only.
-    #[serde(default)]
-    pub properties: Vec<PropertySpec>,
-    /// Allowed endpoint types; empty means any. Not inherited by subtypes.
-    #[serde(default)]
-    pub source_targets: Vec<SourceTarget>,
-}
-
-/// Structure of a hierarchy: each key a declared type, each value its
-/// subtypes, `{}` a leaf. Subtypes are listed in the order written here;
-/// top-level types in the order they are declared.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Hierarchy(pub IndexMap<String, Hierarchy>);
-
-/// `[ontology]` as written in the spec, before validation.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OntologySpec {
-    /// Drop extracted entities that fit no declared type instead of keeping
-    /// them as plain `Entity` nodes.
-    #[serde(default)]
-    pub strict: bool,
-    /// Every entity type, subtypes included.
-    #[serde(default)]
-    pub entity_types: Vec<EntityTypeSpec>,
-    /// Every edge type, subtypes included.
-    #[serde(default)]
-    pub edge_types: Vec<EdgeTypeSpec>,
-    /// Structure of the entity types.
-    #[serde(default)]
-    pub entity_type_hierarchy: Hierarchy,
-    /// Structure of the edge types.
-    #[serde(default)]
-    pub edge_type_hierarchy: Hierarchy,
-}
 
 /// One problem found in an ontology, with the spec path it concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -660,7 +548,7 @@ fn build_tree(
                 continue;
             }
             if !w.declared.contains(name.as_str()) {
-                let lost: Vec<&str> = sub.0.keys().map(String::as_str).collect();
+                let lost: Vec<&str> = sub.keys().collect();
                 w.issues.push(OntologyIssue {
                     path: child_path.clone(),
                     message: format!(
@@ -709,10 +597,9 @@ fn build_tree(
                     parent: parent.map(str::to_string),
                     depth,
                     children: sub
-                        .0
                         .keys()
-                        .filter(|k| w.declared.contains(k.as_str()))
-                        .cloned()
+                        .filter(|k| w.declared.contains(k))
+                        .map(str::to_string)
                         .collect(),
                 },
             );

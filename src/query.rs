@@ -175,31 +175,7 @@ async fn closure_map(
     Ok(map)
 }
 
-/// Registers `values` as a one-column in-memory table `table(column)`,
-/// replacing any table of that name: the small side of a semi- or
-/// anti-join against the graph's tables.
-pub fn register_column(
-    ctx: &SessionContext,
-    table: &str,
-    column: &str,
-    values: arrow::array::ArrayRef,
-) -> Result<(), DataFusionError> {
-    let schema = Arc::new(arrow::datatypes::Schema::new(vec![Field::new(
-        column,
-        values.data_type().clone(),
-        false,
-    )]));
-    let batch = arrow::array::RecordBatch::try_new(schema.clone(), vec![values])?;
-    let _ = ctx.deregister_table(table);
-    ctx.register_table(
-        table,
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?),
-    )?;
-    Ok(())
-}
+pub use crate::scratch::register_column;
 
 /// Registers `has_label`, `edge_type_matches`, `entity_type_matches` and
 /// `json_get_str` on `ctx`. The closures map each type to itself and every

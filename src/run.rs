@@ -149,7 +149,7 @@ pub async fn new_episode_ids(
     ctx: &SessionContext,
     candidates: &[String],
 ) -> Result<HashSet<String>, RunError> {
-    crate::query::register_column(
+    crate::scratch::register_column(
         ctx,
         "run_candidates",
         "episode_id",

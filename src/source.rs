@@ -54,19 +54,9 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use crate::objstore::{self, LocationError};
+use crate::rows::{EpisodeRow, FailureRow};
+pub use crate::spec::{EpisodeKind, RECORD_FIELDS};
 use crate::spec::{SourceFormat, SourceSpec};
-use crate::store::rows::{EpisodeRow, FailureRow};
-
-/// Record fields the source reads; also the keys allowed in `source.columns`.
-pub const RECORD_FIELDS: &[&str] = &[
-    "content",
-    "kind",
-    "reference_time",
-    "id",
-    "document_id",
-    "group_id",
-    "source_description",
-];
 
 /// Files read and parsed at once.
 const CONCURRENT_FILES: usize = 8;
@@ -76,46 +66,6 @@ const CHARS_PER_TOKEN: usize = 4;
 
 /// Characters of the offending input kept in a failure's excerpt.
 const EXCERPT_CHARS: usize = 200;
-
-/// What an episode is, which decides how later stages prompt for it.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum EpisodeKind {
-    /// A message in a conversation (mail, chat) with a speaker.
-    Message,
-    /// Prose: a document or a chunk of one.
-    #[default]
-    Text,
-    /// A structured record, stored as JSON text.
-    Json,
-}
-
-impl EpisodeKind {
-    /// The name stored in `episodes.kind`: `message`, `text` or `json`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EpisodeKind::Message => "message",
-            EpisodeKind::Text => "text",
-            EpisodeKind::Json => "json",
-        }
-    }
-
-    /// Parses a kind name, ignoring ASCII case and surrounding spaces.
-    pub fn parse(name: &str) -> Option<Self> {
-        let name = name.trim();
-        [EpisodeKind::Message, EpisodeKind::Text, EpisodeKind::Json]
-            .into_iter()
-            .find(|k| k.as_str().eq_ignore_ascii_case(name))
-    }
-}
-
-impl std::fmt::Display for EpisodeKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One unit of input for extraction: a message, a text chunk or a record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
-use crate::ontology::PropertyType;
+use crate::spec::ontology::PropertyType;
 
 /// Checks a value against a property kind and returns its stored form.
 pub fn check_value(kind: PropertyType, value: &Value) -> Option<Value> {

@@ -21,8 +21,8 @@ use super::cache::{CachedReply, ResponseCache, cache_key};
 use super::limiter::{BudgetConfig, LimitError, Limiter};
 use super::reply;
 use super::retry::{RetryPolicy, Verdict, classify, parse_retry_after};
+use crate::rows::LlmCallRow;
 use crate::spec::{ApiStyle, LlmSpec, StructuredOutput};
-use crate::store::rows::LlmCallRow;
 
 /// Errors of the LLM layer. Messages never contain the API key.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{jaccard, normalize_name, shingle_hashes};
-use crate::store::rows::EdgeRow;
+use crate::rows::EdgeRow;
 
 /// What fact resolution changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -499,7 +499,7 @@ pub fn apply_contradictions(
 #[cfg(test)]
 mod fact_tests {
     use super::*;
-    use crate::store::rows::EdgeRow;
+    use crate::rows::EdgeRow;
     use chrono::{TimeZone, Utc};
 
     fn edge(id: &str, target: &str, valid: Option<i32>) -> EdgeRow {

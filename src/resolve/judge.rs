@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
-use crate::store::rows::FailureRow;
+use crate::rows::FailureRow;
 
 /// Version of the resolution prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "resolve-v1";

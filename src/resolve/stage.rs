@@ -21,8 +21,7 @@ use super::{ResolveSpec, normalize_name};
 use crate::extract::{FactMention, Mention};
 use crate::llm::LlmClient;
 use crate::ontology::Ontology;
-use crate::store::rows::{self, EdgeRow, FailureRow, NodeRow};
-use crate::store::{StoreError, Table};
+use crate::rows::{self, DecodeError, EdgeRow, FailureRow, NodeRow};
 
 /// Errors that stop resolution (unsettled items are `failures` rows).
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +31,7 @@ pub enum StageError {
     DataFusion(#[from] datafusion::error::DataFusionError),
     /// Committed rows could not be read.
     #[error("resolution: {0}")]
-    Store(#[from] StoreError),
+    Decode(#[from] DecodeError),
 }
 
 /// What the stage works with.
@@ -126,8 +125,7 @@ pub async fn resolve_run(
         .map(|t| (t.name.clone(), t.identity_properties.clone()))
         .collect();
     let rs = cx.spec;
-    let (mut clusters, open) =
-        resolve_entities(cx.ctx, Table::Nodes.name(), &keys, rs, &identity).await?;
+    let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, rs, &identity).await?;
     out.ambiguous = open.len();
     if !open.is_empty() && rs.adjudicate {
         let cases: Vec<AdjudicationCase> = open
@@ -377,7 +375,7 @@ async fn committed_nodes(
     if short_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    crate::query::register_column(
+    crate::scratch::register_column(
         ctx,
         "run_node_ids",
         "short_id",
@@ -388,7 +386,7 @@ async fn committed_nodes(
         .await?
         .collect()
         .await?;
-    let rows: Vec<NodeRow> = rows::from_batches(Table::Nodes, &batches)?;
+    let rows: Vec<NodeRow> = rows::decode("nodes", &batches)?;
     Ok(rows.into_iter().map(|n| (n.short_id, n)).collect())
 }
 
@@ -461,7 +459,7 @@ async fn committed_edges_of(
     }
     let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
     let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
-    crate::query::register_column(
+    crate::scratch::register_column(
         ctx,
         "run_sources",
         "node_id",
@@ -472,7 +470,7 @@ async fn committed_edges_of(
         .await?
         .collect()
         .await?;
-    Ok(rows::from_batches(Table::Edges, &batches)?)
+    Ok(rows::decode("edges", &batches)?)
 }
 
 /// Folds what this run learnt about a node into its committed row: the

@@ -1892,8 +1892,16 @@ const PROPERTY_NAMES: &[&str] = &[
 
 fn hierarchy(names: &'static [&'static str]) -> impl Strategy<Value = Hierarchy> {
     Just(Hierarchy::default()).prop_recursive(7, 64, 12, move |inner| {
-        prop::collection::vec((prop::sample::select(names), inner), 0..13)
-            .prop_map(|v| Hierarchy(v.into_iter().map(|(k, h)| (k.to_string(), h)).collect()))
+        prop::collection::vec((prop::sample::select(names), inner), 0..13).prop_map(|v| {
+            // One entry per name at a level, as a TOML table has.
+            let mut seen = std::collections::HashSet::new();
+            Hierarchy(
+                v.into_iter()
+                    .filter(|(k, _)| seen.insert(*k))
+                    .map(|(k, h)| (k.to_string(), h))
+                    .collect(),
+            )
+        })
     })
 }
 
@@ -2092,11 +2100,11 @@ fn fuzz_valid_ontologies_are_accepted_with_the_tree_as_written() {
             let children = s.0.iter().map(|c| place(c, Some(&name), parents)).collect();
             (name, Hierarchy(children))
         }
-        let mut top = indexmap::IndexMap::new();
+        let mut top = Vec::new();
         for s in &forest {
             let (name, sub) = place(s, None, &mut parents);
             if list_leaves || !sub.0.is_empty() {
-                top.insert(name, sub);
+                top.push((name, sub));
             }
         }
         for (name, _) in &parents {

@@ -2,6 +2,7 @@
 //! single binary keeps link time down).
 
 mod add_command;
+mod architecture;
 mod bench;
 mod common;
 mod convergence;

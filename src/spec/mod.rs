@@ -10,7 +10,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::ontology::OntologySpec;
+pub mod extract;
+pub mod ontology;
+pub mod resolve;
+
+pub use extract::ExtractSpec;
+pub use ontology::OntologySpec;
+pub use resolve::ResolveSpec;
 
 /// Errors raised while reading or checking a pipeline spec.
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +60,10 @@ pub struct PipelineSpec {
     pub ontology: OntologySpec,
     /// Extraction and classification settings.
     #[serde(default)]
-    pub extract: crate::extract::ExtractSpec,
+    pub extract: ExtractSpec,
     /// Resolution settings.
     #[serde(default)]
-    pub resolve: crate::resolve::ResolveSpec,
+    pub resolve: ResolveSpec,
 }
 
 /// `[source]`: the archive of episodes (read by [`crate::source::load`]).
@@ -72,7 +78,7 @@ pub struct SourceSpec {
     pub format: SourceFormat,
     /// Kind of a record that has no `kind` field.
     #[serde(default)]
-    pub default_kind: crate::source::EpisodeKind,
+    pub default_kind: EpisodeKind,
     /// Parquet only: record field → column name, e.g.
     /// `{ content = "body", reference_time = "sent_at" }`. Fields not
     /// mapped are read from the column of the same name, if present.
@@ -105,6 +111,57 @@ fn default_chunk_overlap_tokens() -> usize {
 
 fn default_max_record_bytes() -> usize {
     1_048_576
+}
+
+/// Record fields the source reads; also the keys allowed in `source.columns`.
+pub const RECORD_FIELDS: &[&str] = &[
+    "content",
+    "kind",
+    "reference_time",
+    "id",
+    "document_id",
+    "group_id",
+    "source_description",
+];
+
+/// What an episode is, which decides how later stages prompt for it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum EpisodeKind {
+    /// A message in a conversation (mail, chat) with a speaker.
+    Message,
+    /// Prose: a document or a chunk of one.
+    #[default]
+    Text,
+    /// A structured record, stored as JSON text.
+    Json,
+}
+
+impl EpisodeKind {
+    /// The name stored in `episodes.kind`: `message`, `text` or `json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EpisodeKind::Message => "message",
+            EpisodeKind::Text => "text",
+            EpisodeKind::Json => "json",
+        }
+    }
+
+    /// Parses a kind name, ignoring ASCII case and surrounding spaces.
+    pub fn parse(name: &str) -> Option<Self> {
+        let name = name.trim();
+        [EpisodeKind::Message, EpisodeKind::Text, EpisodeKind::Json]
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(name))
+    }
+}
+
+impl std::fmt::Display for EpisodeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Episode file formats understood by the source stage.
@@ -446,12 +503,12 @@ impl PipelineSpec {
                 ));
             }
             for (field, column) in &source.columns {
-                if !crate::source::RECORD_FIELDS.contains(&field.as_str()) {
+                if !RECORD_FIELDS.contains(&field.as_str()) {
                     return Err(bad(
                         &format!("source.columns.{field}"),
                         &format!(
                             "is not a record field (fields: {})",
-                            crate::source::RECORD_FIELDS.join(", ")
+                            RECORD_FIELDS.join(", ")
                         ),
                     ));
                 }

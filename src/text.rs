@@ -1,0 +1,237 @@
+//! Text normalisation shared by extraction and resolution: name folding
+//! (case, punctuation, corporate suffixes), character 3-shingles with
+//! Jaccard similarity, MinHash signatures with LSH band keys, and the gate
+//! that keeps short or generic names out of fuzzy matching. A leaf: it
+//! imports nothing from the crate.
+
+/// Normalises a name for matching: lower case, every run of characters
+/// other than letters and digits becomes one space, trimmed. "ACME corp."
+/// and "Acme  Corp" both become "acme corp"; "PO-4471" becomes "po 4471".
+pub fn normalize_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut gap = false;
+    for c in name.chars() {
+        if c.is_alphanumeric() {
+            if gap && !out.is_empty() {
+                out.push(' ');
+            }
+            gap = false;
+            out.extend(c.to_lowercase());
+        } else {
+            gap = true;
+        }
+    }
+    out
+}
+
+/// Removes trailing corporate suffixes from a normalised name, keeping at
+/// least one word ("co" alone stays "co").
+pub fn fold_suffixes<S: AsRef<str>>(normalized: &str, suffixes: &[S]) -> String {
+    // Most names end in no suffix: answer those without splitting.
+    let last = normalized.rsplit(' ').next().unwrap_or(normalized);
+    if last.len() == normalized.trim().len() || !suffixes.iter().any(|s| s.as_ref() == last) {
+        return normalized.to_string();
+    }
+    let mut words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
+    while words.len() > 1
+        && words
+            .last()
+            .is_some_and(|w| suffixes.iter().any(|s| s.as_ref() == *w))
+    {
+        words.pop();
+    }
+    words.join(" ")
+}
+
+/// Hashes of the character 3-shingles of a normalised name, sorted and
+/// without repeats. The name is padded with a space on each side so short
+/// words still yield shingles and word starts and ends count.
+pub fn shingle_hashes(normalized: &str) -> Vec<u64> {
+    let mut chars: Vec<u32> = Vec::with_capacity(normalized.len() + 2);
+    chars.push(u32::from(' '));
+    chars.extend(normalized.chars().map(u32::from));
+    chars.push(u32::from(' '));
+    let mut out: Vec<u64> = chars
+        .windows(3)
+        .map(|w| {
+            let packed = (u64::from(w[0]) << 42) ^ (u64::from(w[1]) << 21) ^ u64::from(w[2]);
+            splitmix(packed)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Jaccard similarity of two sorted shingle-hash sets: shared over all.
+pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
+    let (mut i, mut j, mut shared) = (0, 0, 0usize);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    let union = a.len() + b.len() - shared;
+    if union == 0 {
+        return 1.0;
+    }
+    shared as f64 / union as f64
+}
+
+/// Similarity of two normalised names: Jaccard of their 3-shingles.
+pub fn name_similarity(a: &str, b: &str) -> f64 {
+    jaccard(&shingle_hashes(a), &shingle_hashes(b))
+}
+
+/// Whether a name may be matched fuzzily. Names with digits are codes
+/// (order numbers, SKUs) whose every character matters; short names and
+/// names with little variety ("aaa", "ab ab") match too much by chance.
+/// Such names only ever match exactly.
+pub fn fuzzy_eligible(normalized: &str) -> bool {
+    let letters: Vec<char> = normalized.chars().filter(|c| !c.is_whitespace()).collect();
+    if letters.len() < 6 || letters.iter().any(|c| c.is_numeric()) {
+        return false;
+    }
+    // Shannon entropy of the characters, in bits.
+    let mut counts = std::collections::BTreeMap::new();
+    for c in &letters {
+        *counts.entry(*c).or_insert(0usize) += 1;
+    }
+    let n = letters.len() as f64;
+    let entropy: f64 = counts
+        .values()
+        .map(|&k| {
+            let p = k as f64 / n;
+            -p * p.log2()
+        })
+        .sum();
+    entropy >= 2.5
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// MinHash signature of a shingle-hash set with `n` hash functions. The
+/// shingle hashes are already well mixed, so each function is one
+/// multiply-add with its own odd multiplier (cheap enough for ten million
+/// names per run).
+pub fn minhash(shingles: &[u64], n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            let a = splitmix(2 * i as u64 + 1) | 1;
+            let b = splitmix(2 * i as u64 + 2);
+            shingles
+                .iter()
+                .map(|s| s.wrapping_mul(a).wrapping_add(b))
+                .min()
+                .unwrap_or(u64::MAX)
+        })
+        .collect()
+}
+
+/// LSH band keys of a signature: `bands` keys of `signature.len() / bands`
+/// rows each. Two names share a key when a whole band agrees; with b bands
+/// of r rows, names of Jaccard similarity s share one with probability
+/// 1 − (1 − s^r)^b. The band index is mixed in, so keys of different bands
+/// never collide by construction.
+pub fn band_keys(signature: &[u64], bands: usize) -> Vec<u64> {
+    let rows = (signature.len() / bands.max(1)).max(1);
+    signature
+        .chunks(rows)
+        .take(bands)
+        .enumerate()
+        .map(|(band, chunk)| {
+            chunk
+                .iter()
+                .fold(splitmix(band as u64), |h, v| splitmix(h ^ v))
+        })
+        .collect()
+}
+
+/// The band keys of a normalised (folded) name, or none when the name may
+/// not match fuzzily.
+pub fn name_band_keys(folded: &str, bands: usize, rows: usize) -> Vec<u64> {
+    if !fuzzy_eligible(folded) {
+        return Vec::new();
+    }
+    band_keys(&minhash(&shingle_hashes(folded), bands * rows), bands)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_punctuation_and_spacing_do_not_split_a_name() {
+        assert_eq!(normalize_name("ACME corp."), "acme corp");
+        assert_eq!(normalize_name("  Acme   Corp "), "acme corp");
+        assert_eq!(normalize_name("PO-4471"), "po 4471");
+    }
+
+    #[test]
+    fn different_digits_stay_different() {
+        assert_ne!(normalize_name("PO 4471"), normalize_name("PO 4417"));
+    }
+
+    #[test]
+    fn non_ascii_letters_are_kept() {
+        assert_eq!(normalize_name("Müller GmbH"), "müller gmbh");
+    }
+
+    #[test]
+    fn corporate_suffixes_fold_to_one_name() {
+        let fold = |n: &str| {
+            fold_suffixes(
+                &normalize_name(n),
+                crate::spec::resolve::DEFAULT_CORPORATE_SUFFIXES,
+            )
+        };
+        assert_eq!(fold("Acme Corp"), "acme");
+        assert_eq!(fold("Acme Corporation"), "acme");
+        assert_eq!(fold("ACME corp."), "acme");
+        assert_eq!(fold("Halvorsen IT Services AS"), "halvorsen it services");
+        // A suffix alone is a name, not nothing.
+        assert_eq!(fold("Co"), "co");
+    }
+
+    #[test]
+    fn codes_short_and_repetitive_names_never_match_fuzzily() {
+        assert!(!fuzzy_eligible("po 4471"));
+        assert!(!fuzzy_eligible("sarah"));
+        assert!(!fuzzy_eligible("aaaaaaaa"));
+        assert!(fuzzy_eligible("brightline systems"));
+        assert!(fuzzy_eligible("priya raman"));
+    }
+
+    #[test]
+    fn similar_names_share_band_keys_and_different_ones_do_not() {
+        let keys = |n: &str| band_keys(&minhash(&shingle_hashes(&normalize_name(n)), 64), 16);
+        let shared = |a: &str, b: &str| {
+            keys(a)
+                .iter()
+                .zip(keys(b))
+                .filter(|(x, y)| **x == *y)
+                .count()
+        };
+        assert!(shared("Brightline Systems", "Brightline System") > 0);
+        assert_eq!(shared("Brightline Systems", "Quillfeather Software"), 0);
+        let j = name_similarity("brightline systems", "brightline system");
+        assert!(j > 0.8, "{j}");
+        assert!(name_similarity("acme", "apex") < 0.3);
+        assert!(
+            name_band_keys("po 4471", 8, 4).is_empty(),
+            "codes never match fuzzily"
+        );
+        assert_eq!(keys("Priya Raman"), keys("Priya Raman"), "deterministic");
+    }
+}
