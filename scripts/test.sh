@@ -21,4 +21,4 @@ if [ "${GRAPHLOOM_SKIP_LOCAL_LLM:-0}" != 1 ]; then
   fi
   eval "$(scripts/local-llm.sh env)"
 fi
-cargo test --all-targets "$@"
+cargo test --all-targets --features testkit "$@"

@@ -18,6 +18,7 @@
 //! [`values`] checks property values and normalises fact times.
 
 pub mod add;
+#[cfg(feature = "testkit")]
 pub mod bench;
 pub mod classify;
 pub mod eval;
@@ -59,6 +60,7 @@ pub enum Error {
     Run(Box<run::RunError>),
     #[error(transparent)]
     Eval(Box<eval::EvalError>),
+    #[cfg(feature = "testkit")]
     #[error(transparent)]
     Bench(Box<bench::resolution::BenchError>),
     #[error(transparent)]
@@ -71,6 +73,7 @@ impl From<export::ExportError> for Error {
     }
 }
 
+#[cfg(feature = "testkit")]
 impl From<bench::resolution::BenchError> for Error {
     fn from(e: bench::resolution::BenchError) -> Self {
         Error::Bench(Box::new(e))
@@ -123,7 +126,9 @@ impl Error {
             Error::Store(e) => e.is_usage(),
             Error::Query(q) => q.is_usage(),
             Error::Add(a) => a.is_usage(),
-            Error::Llm(_) | Error::Bench(_) => false,
+            Error::Llm(_) => false,
+            #[cfg(feature = "testkit")]
+            Error::Bench(_) => false,
             Error::Export(e) => e.is_usage(),
             Error::Eval(e) => match &**e {
                 eval::EvalError::Gold { .. } => true,

@@ -1,6 +1,9 @@
 //! The `graphloom` command line. `main` only maps the outcome of [`run`] to
 //! an exit code: 0 ok, 1 runtime error, 2 usage or configuration error.
 
+// The CLI is where output goes to the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -125,7 +128,9 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         runs: usize,
     },
-    /// Measure graphloom's parts and print the figures.
+    /// Measure graphloom's parts and print the figures (builds with the
+    /// `testkit` feature: `cargo build --release --features testkit`).
+    #[cfg(feature = "testkit")]
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Roll back the commits of an interrupted run (every write does this
@@ -163,6 +168,7 @@ enum OntologyCommand {
     },
 }
 
+#[cfg(feature = "testkit")]
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
     /// Load synthetic node and fact lines with `graphloom add` into a
@@ -456,110 +462,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             status(&store, runs).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCommand::Llm {
-            calls,
-            latency_ms,
-            rpm,
-            tpm,
-            rate_429,
-            concurrency,
-            prompt_chars,
-            max_tokens,
-            reply_chars,
-        }) => {
-            let settings = graphloom::bench::LlmBench {
-                calls,
-                latency: Duration::from_millis(latency_ms),
-                rpm,
-                tpm,
-                rate_429: rate_429.clamp(0.0, 1.0),
-                concurrency: concurrency.max(1),
-                prompt_chars,
-                max_tokens,
-                reply_chars,
-            };
-            let report = graphloom::bench::run_llm_bench(settings)
-                .await
-                .map_err(|e| graphloom::llm::LlmError::Setup(e.to_string()))?;
-            out!("{report}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench(BenchCommand::Resolve {
-            mentions,
-            nodes,
-            seed,
-            dir,
-            existing_share,
-            repeat_share,
-            no_fuzzy,
-            lsh_bands,
-            lsh_rows,
-            lsh_max_bucket,
-        }) => {
-            let spec = graphloom::resolve::ResolveSpec {
-                fuzzy: !no_fuzzy,
-                lsh_bands,
-                lsh_rows,
-                lsh_max_bucket,
-                ..Default::default()
-            };
-            if let Some((key, msg)) = spec.problems().into_iter().next() {
-                let flag = key.replace("resolve.", "--").replace('_', "-");
-                eprintln!("error: {flag} {msg}");
-                return Ok(ExitCode::from(2));
-            }
-            let dir = dir.unwrap_or_else(|| {
-                std::env::temp_dir().join(format!("graphloom-bench-resolve-{nodes}-{seed}"))
-            });
-            let settings = graphloom::bench::resolution::ResolveBench {
-                mentions,
-                nodes,
-                seed,
-                dir,
-                existing_share: existing_share.clamp(0.0, 1.0),
-                repeat_share: repeat_share.clamp(0.0, 1.0 - existing_share.clamp(0.0, 1.0)),
-                spec,
-            };
-            let report = graphloom::bench::resolution::run_resolve_bench(settings).await?;
-            out!("{report}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench(BenchCommand::Add {
-            nodes,
-            facts,
-            seed,
-            dir,
-        }) => {
-            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-add"));
-            let settings = graphloom::bench::add::AddBench {
-                nodes,
-                facts,
-                seed,
-                dir,
-            };
-            let report = graphloom::bench::add::run_add_bench(settings).await?;
-            out!("{report}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench(BenchCommand::Run {
-            episodes,
-            scale,
-            seed,
-            concurrency,
-            dir,
-        }) => {
-            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-run"));
-            let settings = graphloom::bench::pipeline::RunBench {
-                episodes: episodes.max(1),
-                scale,
-                seed,
-                dir,
-                concurrency: concurrency.max(1),
-            };
-            let report = graphloom::bench::pipeline::run_pipeline_bench(settings).await?;
-            out!("{report}");
-            Ok(ExitCode::SUCCESS)
-        }
+        #[cfg(feature = "testkit")]
+        Command::Bench(command) => bench(command).await,
         Command::Export(ExportCommand::Parquet { target, to }) => {
             let store = GraphStore::try_from(&target)?;
             let options = match &target.pipeline {
@@ -804,4 +708,115 @@ async fn status(store: &GraphStore, max_runs: usize) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// `graphloom bench …` (builds with the `testkit` feature).
+#[cfg(feature = "testkit")]
+async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
+    match command {
+        BenchCommand::Llm {
+            calls,
+            latency_ms,
+            rpm,
+            tpm,
+            rate_429,
+            concurrency,
+            prompt_chars,
+            max_tokens,
+            reply_chars,
+        } => {
+            let settings = graphloom::bench::LlmBench {
+                calls,
+                latency: Duration::from_millis(latency_ms),
+                rpm,
+                tpm,
+                rate_429: rate_429.clamp(0.0, 1.0),
+                concurrency: concurrency.max(1),
+                prompt_chars,
+                max_tokens,
+                reply_chars,
+            };
+            let report = graphloom::bench::run_llm_bench(settings)
+                .await
+                .map_err(|e| graphloom::llm::LlmError::Setup(e.to_string()))?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Resolve {
+            mentions,
+            nodes,
+            seed,
+            dir,
+            existing_share,
+            repeat_share,
+            no_fuzzy,
+            lsh_bands,
+            lsh_rows,
+            lsh_max_bucket,
+        } => {
+            let spec = graphloom::resolve::ResolveSpec {
+                fuzzy: !no_fuzzy,
+                lsh_bands,
+                lsh_rows,
+                lsh_max_bucket,
+                ..Default::default()
+            };
+            if let Some((key, msg)) = spec.problems().into_iter().next() {
+                let flag = key.replace("resolve.", "--").replace('_', "-");
+                eprintln!("error: {flag} {msg}");
+                return Ok(ExitCode::from(2));
+            }
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("graphloom-bench-resolve-{nodes}-{seed}"))
+            });
+            let settings = graphloom::bench::resolution::ResolveBench {
+                mentions,
+                nodes,
+                seed,
+                dir,
+                existing_share: existing_share.clamp(0.0, 1.0),
+                repeat_share: repeat_share.clamp(0.0, 1.0 - existing_share.clamp(0.0, 1.0)),
+                spec,
+            };
+            let report = graphloom::bench::resolution::run_resolve_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Add {
+            nodes,
+            facts,
+            seed,
+            dir,
+        } => {
+            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-add"));
+            let settings = graphloom::bench::add::AddBench {
+                nodes,
+                facts,
+                seed,
+                dir,
+            };
+            let report = graphloom::bench::add::run_add_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Run {
+            episodes,
+            scale,
+            seed,
+            concurrency,
+            dir,
+        } => {
+            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-run"));
+            let settings = graphloom::bench::pipeline::RunBench {
+                episodes: episodes.max(1),
+                scale,
+                seed,
+                dir,
+                concurrency: concurrency.max(1),
+            };
+            let report = graphloom::bench::pipeline::run_pipeline_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

@@ -16,6 +16,7 @@ pub mod limiter;
 pub mod plan;
 pub mod reply;
 pub mod retry;
+#[cfg(feature = "testkit")]
 pub mod test_server;
 
 pub use cache::{CacheMode, ResponseCache};

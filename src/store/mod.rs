@@ -101,7 +101,9 @@ pub enum StoreError {
         "no graph at {url}: it has no `runs` table (a mistyped path? a graph is created by its first `graphloom run` or `graphloom add`)"
     )]
     NoGraph { url: String },
-    /// A fault injected through `GRAPHLOOM_FAILPOINT` (tests only).
+    /// A fault injected through `GRAPHLOOM_FAILPOINT` (builds with the
+    /// `testkit` feature only).
+    #[cfg(feature = "testkit")]
     #[error("failpoint `{0}` triggered")]
     Failpoint(String),
 }
@@ -712,7 +714,7 @@ impl Transaction {
         }
         for (table, mode, batches) in by_table.into_values().flatten() {
             self.commit_table(table, mode, batches).await?;
-            failpoint(&format!("after_commit:{table}"))?;
+            failpoint(&format!("after_commit:{table}")).await?;
         }
         let versions: BTreeMap<&str, u64> = self
             .tables
@@ -729,7 +731,7 @@ impl Transaction {
         let batch = rows::to_batch(Table::Runs, std::slice::from_ref(&run))?;
         self.commit_table(Table::Runs, WriteMode::Append, vec![batch])
             .await?;
-        failpoint("after_commit:runs")?;
+        failpoint("after_commit:runs").await?;
         Ok(run)
     }
 
@@ -922,8 +924,10 @@ impl Transaction {
 /// Fault injection for crash tests: `GRAPHLOOM_FAILPOINT` holds
 /// `name=action` pairs separated by commas, where action is `abort` (the
 /// process dies as if killed), `error`, or `sleep:<ms>`. Names are
-/// `after_commit:<table>`. Not for production use.
-fn failpoint(name: &str) -> Result<()> {
+/// `after_commit:<table>`. Only in builds with the `testkit` feature;
+/// release builds read no such variable.
+#[cfg(feature = "testkit")]
+async fn failpoint(name: &str) -> Result<()> {
     let Ok(spec) = std::env::var("GRAPHLOOM_FAILPOINT") else {
         return Ok(());
     };
@@ -942,11 +946,16 @@ fn failpoint(name: &str) -> Result<()> {
                     .strip_prefix("sleep:")
                     .and_then(|m| m.parse::<u64>().ok())
                 {
-                    std::thread::sleep(Duration::from_millis(ms));
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
             }
         }
     }
+    Ok(())
+}
+
+#[cfg(not(feature = "testkit"))]
+async fn failpoint(_name: &str) -> Result<()> {
     Ok(())
 }
 

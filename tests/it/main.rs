@@ -1,6 +1,9 @@
 //! graphloom's integration tests, one binary with a module per area (a
 //! single binary keeps link time down).
 
+// Tests may unwrap and print; the library's lints forbid both.
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
+
 mod add_command;
 mod architecture;
 mod bench;
