@@ -1,10 +1,10 @@
 //! `[extract]`: extraction and classification settings (the stages are
 //! [`crate::extract`] and [`crate::classify`]).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `[extract]` settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExtractSpec {
     /// Earlier episodes of the same document given as context.

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub mod extract;
 pub mod ontology;
@@ -45,7 +45,7 @@ pub enum SpecError {
 pub type Result<T, E = SpecError> = std::result::Result<T, E>;
 
 /// A whole pipeline spec as written in `pipelines/*.toml`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineSpec {
     /// Where episodes are read from. Only `graphloom run` needs it.
@@ -67,7 +67,7 @@ pub struct PipelineSpec {
 }
 
 /// `[source]`: the archive of episodes (read by [`crate::source::load`]).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSpec {
     /// Object store URL of a directory (or prefix) holding episode files;
@@ -126,7 +126,7 @@ pub const RECORD_FIELDS: &[&str] = &[
 
 /// What an episode is, which decides how later stages prompt for it.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, Deserialize,
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum EpisodeKind {
@@ -165,7 +165,7 @@ impl std::fmt::Display for EpisodeKind {
 }
 
 /// Episode file formats understood by the source stage.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceFormat {
     /// One JSON object per line.
@@ -180,7 +180,7 @@ pub enum SourceFormat {
 }
 
 /// `[output]`: the graph's root and how to reach it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSpec {
     /// Root URL of the graph; each table is a Delta table below it.
@@ -208,7 +208,7 @@ fn default_lock_stale_after_secs() -> u64 {
 }
 
 /// `[llm]`: the OpenAI-compatible endpoint and the budget it may use.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmSpec {
     /// Base URL up to and including `/v1` (for Azure: up to the deployment,
@@ -266,7 +266,7 @@ pub struct LlmSpec {
 }
 
 /// Wire conventions of the endpoint.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ApiStyle {
     /// OpenAI, vLLM, Ollama, llama.cpp's server and most others.
@@ -277,7 +277,7 @@ pub enum ApiStyle {
 }
 
 /// How replies are constrained to JSON.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
     /// `response_format: {type: json_schema, strict: true}`.

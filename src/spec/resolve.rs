@@ -30,7 +30,7 @@ pub const DEFAULT_CORPORATE_SUFFIXES: &[&str] = &[
 
 /// `[resolve]` settings. Every key is optional; the defaults are the ones
 /// documented in the README.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResolveSpec {
     /// Edge types (with their subtypes) under which a source node holds at

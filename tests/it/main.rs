@@ -21,4 +21,5 @@ mod resolution;
 mod run_pipeline;
 mod slt;
 mod source;
+mod spec_table;
 mod store_protocol;

@@ -1,0 +1,108 @@
+//! The README's pipeline-spec table against the spec itself: the same
+//! keys, and every default the table writes as a literal equal to the
+//! spec's default.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use graphloom::spec::PipelineSpec;
+use serde_json::Value;
+
+/// `key → default cell` of each row of the README's spec table; a row
+/// naming two keys (`a` / `b`) with two defaults gives both.
+fn readme_table() -> BTreeMap<String, String> {
+    let readme = std::fs::read_to_string(crate::common::repo().join("README.md")).expect("README");
+    let section = readme
+        .split("\n## Pipeline spec\n")
+        .nth(1)
+        .expect("a Pipeline spec section")
+        .split("\n## ")
+        .next()
+        .expect("section text");
+    let mut out = BTreeMap::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').splitn(3, " | ").collect();
+        let (keys, default) = (cells[0].trim(), cells[1].trim());
+        let keys: Vec<&str> = keys.split(" / ").map(|k| k.trim_matches('`')).collect();
+        let defaults: Vec<&str> = if keys.len() > 1 {
+            default.split(" / ").collect()
+        } else {
+            vec![default]
+        };
+        assert_eq!(keys.len(), defaults.len(), "{line}");
+        for (k, d) in keys.into_iter().zip(defaults) {
+            assert!(
+                out.insert(k.to_string(), d.to_string()).is_none(),
+                "`{k}` is in the table twice"
+            );
+        }
+    }
+    out
+}
+
+/// Every key of the spec with its default, `section.key` (the sections
+/// are tables; their keys are the spec's fields).
+fn spec_defaults() -> BTreeMap<String, Value> {
+    let spec = PipelineSpec::from_toml(
+        "[source]\nurl = \"file:///archive/\"\n[output]\ngraph = \"file:///graph/\"\n",
+        Path::new("defaults.toml"),
+    )
+    .expect("a minimal spec parses");
+    let value = serde_json::to_value(&spec).expect("the spec serialises");
+    let mut out = BTreeMap::new();
+    for (section, keys) in value.as_object().expect("an object") {
+        for (key, v) in keys.as_object().expect("each section is a table") {
+            out.insert(format!("{section}.{key}"), v.clone());
+        }
+    }
+    out
+}
+
+/// A default cell written as one TOML literal in backticks (`400`,
+/// `"jsonl"`, `{}`), or `none`, as a JSON value; other cells (required
+/// keys, defaults derived from other keys, lists shortened with …) are
+/// prose.
+fn literal(cell: &str) -> Option<Value> {
+    if cell == "none" {
+        return Some(Value::Null);
+    }
+    let inner = cell.strip_prefix('`')?.strip_suffix('`')?;
+    if inner.contains('`') {
+        return None;
+    }
+    let table: toml::Table = toml::from_str(&format!("v = {inner}")).ok()?;
+    serde_json::to_value(&table["v"]).ok()
+}
+
+#[test]
+fn the_readme_spec_table_lists_every_key_with_the_spec_default() {
+    let table = readme_table();
+    let spec = spec_defaults();
+    let only_readme: Vec<&String> = table.keys().filter(|k| !spec.contains_key(*k)).collect();
+    let only_spec: Vec<&String> = spec.keys().filter(|k| !table.contains_key(*k)).collect();
+    assert!(
+        only_readme.is_empty() && only_spec.is_empty(),
+        "keys in the README's table but not in the spec: {only_readme:?}; in the spec but not in the table: {only_spec:?}"
+    );
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (key, cell) in &table {
+        let Some(written) = literal(cell) else {
+            continue;
+        };
+        checked += 1;
+        let actual = &spec[key];
+        // TOML writes 0.0 and 0 alike for floats; compare numbers as f64.
+        let same = match (&written, actual) {
+            (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+            _ => written == *actual,
+        };
+        if !same {
+            wrong.push(format!("{key}: README says {cell}, the spec has {actual}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Most defaults are literals: a table that stopped writing them would
+    // check nothing.
+    assert!(checked >= 50, "only {checked} literal defaults checked");
+}
