@@ -165,18 +165,12 @@ struct Loader {
 
 impl Loader {
     fn fail(&mut self, line: usize, reason: String, text: &str) {
-        self.failures.push(FailureRow {
-            failure_id: uuid::Uuid::now_v7().to_string(),
-            run_id: self.run_id.to_string(),
-            stage: "add".into(),
-            item: format!("{}:{line}", self.file_name),
-            source_uri: Some(self.source_uri.clone()),
-            line: Some(line as i64),
-            episode_id: None,
-            reason,
-            excerpt: Some(text.chars().take(200).collect()),
-            created_at: self.now,
-        });
+        let item = format!("{}:{line}", self.file_name);
+        self.failures.push(
+            FailureRow::new(&self.run_id, "add", item, reason, self.now)
+                .at(self.source_uri.clone(), Some(line as i64))
+                .excerpt(text),
+        );
     }
 
     fn load(&mut self, bytes: &[u8]) {

@@ -236,3 +236,52 @@ pub struct FailureRow {
     pub excerpt: Option<String>,
     pub created_at: DateTime<Utc>,
 }
+
+/// Characters of the offending input a failure keeps as its excerpt.
+pub const EXCERPT_CHARS: usize = 200;
+
+impl FailureRow {
+    /// The failure of `item` in `stage` of run `run_id`, for `reason`;
+    /// where it came from and an excerpt are added with [`FailureRow::at`],
+    /// [`FailureRow::of_episode`] and [`FailureRow::excerpt`].
+    pub fn new(
+        run_id: &str,
+        stage: &str,
+        item: impl Into<String>,
+        reason: impl Into<String>,
+        created_at: DateTime<Utc>,
+    ) -> Self {
+        FailureRow {
+            failure_id: uuid::Uuid::now_v7().to_string(),
+            run_id: run_id.to_string(),
+            stage: stage.to_string(),
+            item: item.into(),
+            source_uri: None,
+            line: None,
+            episode_id: None,
+            reason: reason.into(),
+            excerpt: None,
+            created_at,
+        }
+    }
+
+    /// The file (and line) the failed input came from.
+    pub fn at(mut self, source_uri: impl Into<String>, line: Option<i64>) -> Self {
+        self.source_uri = Some(source_uri.into());
+        self.line = line;
+        self
+    }
+
+    /// The episode the failure belongs to.
+    pub fn of_episode(mut self, episode_id: impl Into<String>) -> Self {
+        self.episode_id = Some(episode_id.into());
+        self
+    }
+
+    /// The start of the offending input: its first [`EXCERPT_CHARS`]
+    /// characters.
+    pub fn excerpt(mut self, text: &str) -> Self {
+        self.excerpt = Some(text.chars().take(EXCERPT_CHARS).collect());
+        self
+    }
+}

@@ -291,17 +291,13 @@ impl Progress {
 
 fn rejected_row(r: &Rejected, run_id: &str, by_id: &HashMap<&str, &Episode>) -> FailureRow {
     let ep = by_id.get(r.episode_id.as_str());
-    FailureRow {
-        failure_id: uuid::Uuid::now_v7().to_string(),
-        run_id: run_id.to_string(),
-        stage: r.stage.to_string(),
-        item: ep.map_or_else(|| r.episode_id.clone(), |e| e.source_uri.clone()),
-        source_uri: ep.map(|e| e.source_uri.clone()),
-        line: None,
-        episode_id: Some(r.episode_id.clone()),
-        reason: r.reason.clone(),
-        excerpt: Some(r.excerpt.chars().take(300).collect()),
-        created_at: Utc::now(),
+    let item = ep.map_or_else(|| r.episode_id.clone(), |e| e.source_uri.clone());
+    let row = FailureRow::new(run_id, r.stage, item, r.reason.clone(), Utc::now())
+        .of_episode(r.episode_id.clone())
+        .excerpt(&r.excerpt);
+    match ep {
+        Some(e) => row.at(e.source_uri.clone(), None),
+        None => row,
     }
 }
 
@@ -697,18 +693,12 @@ async fn execute(
     let now = Utc::now();
     for (i, (stage, e)) in &failed {
         let ep = &all[*i];
-        failures.push(FailureRow {
-            failure_id: uuid::Uuid::now_v7().to_string(),
-            run_id: run_id.clone(),
-            stage: stage.clone(),
-            item: ep.source_uri.clone(),
-            source_uri: Some(ep.source_uri.clone()),
-            line: None,
-            episode_id: Some(ep.episode_id.clone()),
-            reason: e.to_string(),
-            excerpt: Some(ep.content.chars().take(200).collect()),
-            created_at: now,
-        });
+        failures.push(
+            FailureRow::new(&run_id, stage, ep.source_uri.clone(), e.to_string(), now)
+                .at(ep.source_uri.clone(), None)
+                .of_episode(ep.episode_id.clone())
+                .excerpt(&ep.content),
+        );
     }
     failures.extend(rejected.iter().map(|r| rejected_row(r, &run_id, &by_id)));
     let succeeded: Vec<usize> = todo

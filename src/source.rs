@@ -54,7 +54,7 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use crate::objstore::{self, LocationError};
-use crate::rows::{EpisodeRow, FailureRow};
+use crate::rows::{EXCERPT_CHARS, EpisodeRow, FailureRow};
 pub use crate::spec::{EpisodeKind, RECORD_FIELDS};
 use crate::spec::{SourceFormat, SourceSpec};
 
@@ -63,9 +63,6 @@ const CONCURRENT_FILES: usize = 8;
 
 /// Characters per token when sizing text chunks.
 const CHARS_PER_TOKEN: usize = 4;
-
-/// Characters of the offending input kept in a failure's excerpt.
-const EXCERPT_CHARS: usize = 200;
 
 /// One unit of input for extraction: a message, a text chunk or a record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,17 +147,17 @@ pub struct SourceFailure {
 impl SourceFailure {
     /// The `failures` row (stage `source`) of this failure for a run.
     pub fn to_row(&self, run_id: &str, created_at: DateTime<Utc>) -> FailureRow {
-        FailureRow {
-            failure_id: uuid::Uuid::now_v7().to_string(),
-            run_id: run_id.to_string(),
-            stage: "source".into(),
-            item: self.item.clone(),
-            source_uri: Some(self.source_uri.clone()),
-            line: self.line,
-            episode_id: None,
-            reason: self.reason.clone(),
-            excerpt: self.excerpt.clone(),
+        let row = FailureRow::new(
+            run_id,
+            "source",
+            self.item.clone(),
+            self.reason.clone(),
             created_at,
+        )
+        .at(self.source_uri.clone(), self.line);
+        match &self.excerpt {
+            Some(text) => row.excerpt(text),
+            None => row,
         }
     }
 }

@@ -32,18 +32,13 @@ pub struct JudgeFailure {
 impl JudgeFailure {
     /// The `failures` row of this item in run `run_id`.
     pub fn to_row(&self, run_id: &str, created_at: chrono::DateTime<chrono::Utc>) -> FailureRow {
-        FailureRow {
-            failure_id: uuid::Uuid::now_v7().to_string(),
-            run_id: run_id.to_string(),
-            stage: self.stage.to_string(),
-            item: self.item.clone(),
-            source_uri: None,
-            line: None,
-            episode_id: None,
-            reason: self.reason.clone(),
-            excerpt: None,
+        FailureRow::new(
+            run_id,
+            self.stage,
+            self.item.clone(),
+            self.reason.clone(),
             created_at,
-        }
+        )
     }
 }
 
