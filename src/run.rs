@@ -189,6 +189,12 @@ impl<'a> Documents<'a> {
         Documents { all, positions }
     }
 
+    /// Episode `index` and its context, owned (for a task of its own).
+    fn owned(&self, index: usize, n: usize) -> (Episode, Vec<Episode>) {
+        let context = self.context_for(index, n).into_iter().cloned().collect();
+        (self.all[index].clone(), context)
+    }
+
     /// Up to `n` earlier episodes of the same document, most recent last.
     fn context_for(&self, index: usize, n: usize) -> Vec<&'a Episode> {
         let ep = &self.all[index];
@@ -522,12 +528,7 @@ async fn execute(
         let mut stream = futures::stream::iter(todo.iter().copied())
             .map(|i| {
                 let (client, shared) = (client.clone(), shared.clone());
-                let episode = all[i].clone();
-                let context: Vec<Episode> = documents
-                    .context_for(i, xs.context_episodes)
-                    .into_iter()
-                    .cloned()
-                    .collect();
+                let (episode, context) = documents.owned(i, xs.context_episodes);
                 let task = tokio::spawn(async move {
                     let context: Vec<&Episode> = context.iter().collect();
                     let s = &*shared;
@@ -605,12 +606,7 @@ async fn execute(
                 let (client, shared) = (client.clone(), shared.clone());
                 let (a, b) = mention_range[&i];
                 let own: Vec<Mention> = mentions[a..b].to_vec();
-                let episode = all[i].clone();
-                let context: Vec<Episode> = documents
-                    .context_for(i, xs.context_episodes)
-                    .into_iter()
-                    .cloned()
-                    .collect();
+                let (episode, context) = documents.owned(i, xs.context_episodes);
                 let task = tokio::spawn(async move {
                     let context: Vec<&Episode> = context.iter().collect();
                     let s = &*shared;
