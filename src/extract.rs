@@ -302,20 +302,6 @@ impl Prompts {
     }
 }
 
-/// The prompt, schema and bound of an entity call.
-pub fn entity_request(
-    ontology: &Ontology,
-    spec: &ExtractSpec,
-    episode: &Episode,
-    context: &[&Episode],
-) -> (ChatRequest, Value) {
-    let prompts = Prompts::new(ontology, spec);
-    (
-        prompts.entity_request(spec, episode, context),
-        prompts.entity_schema,
-    )
-}
-
 /// The system prompt and reply schema of entity calls.
 fn entity_prompt(ontology: &Ontology, spec: &ExtractSpec) -> (String, Value) {
     let tops: Vec<&crate::ontology::TypeNode> = ontology.entity_tree.top_level().collect();
@@ -504,23 +490,6 @@ pub async fn extract_entities(
     Ok((mentions, rejected))
 }
 
-/// The prompt, schema and bound of a fact call.
-pub fn fact_request(
-    ontology: &Ontology,
-    spec: &ExtractSpec,
-    episode: &Episode,
-    context: &[&Episode],
-    mentions: &[Mention],
-) -> (ChatRequest, Value) {
-    fact_request_with(
-        &fact_prompt(ontology, spec),
-        spec,
-        episode,
-        context,
-        mentions,
-    )
-}
-
 /// The system prompt of fact calls.
 fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     let mut types = String::new();
@@ -543,8 +512,8 @@ fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     )
 }
 
-/// [`fact_request`] with the system prompt built already.
-fn fact_request_with(
+/// The request and reply schema of a fact call about `mentions`.
+fn fact_request(
     system: &str,
     spec: &ExtractSpec,
     episode: &Episode,
@@ -631,8 +600,7 @@ pub async fn extract_facts(
     if mentions.len() < 2 {
         return Ok((Vec::new(), Vec::new()));
     }
-    let (request, schema) =
-        fact_request_with(&prompts.fact_system, spec, episode, context, mentions);
+    let (request, schema) = fact_request(&prompts.fact_system, spec, episode, context, mentions);
     let reply = within_budget(
         spec,
         "extract_facts",
