@@ -142,22 +142,13 @@ async fn send(
     futures::stream::iter(requests)
         .map(|(b, req, schema)| {
             let client = client.clone();
-            let task = tokio::spawn(async move {
+            let reply = crate::llm::in_task(async move {
                 client
                     .chat_json_with_schema::<ClassifyReply>(req, schema)
                     .await
                     .map(|r| r.value)
             });
-            async move {
-                let r = match task.await {
-                    Ok(r) => r,
-                    Err(e) => match e.try_into_panic() {
-                        Ok(panic) => std::panic::resume_unwind(panic),
-                        Err(e) => panic!("a classification task was cancelled: {e}"),
-                    },
-                };
-                (b, r)
-            }
+            async move { (b, reply.await) }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()

@@ -219,17 +219,6 @@ struct Shared {
     prompts: extract::Prompts,
 }
 
-/// The output of a finished task; a task that panicked panics here too.
-fn joined<T>(r: Result<T, tokio::task::JoinError>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => match e.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(e) => panic!("an extraction task was cancelled: {e}"),
-        },
-    }
-}
-
 /// Progress of one phase: a bar on a terminal, log lines otherwise.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
@@ -529,7 +518,7 @@ async fn execute(
             .map(|i| {
                 let (client, shared) = (client.clone(), shared.clone());
                 let (episode, context) = documents.owned(i, xs.context_episodes);
-                let task = tokio::spawn(async move {
+                let task = crate::llm::in_task(async move {
                     let context: Vec<&Episode> = context.iter().collect();
                     let s = &*shared;
                     extract::extract_entities(
@@ -542,7 +531,7 @@ async fn execute(
                     )
                     .await
                 });
-                async move { (i, joined(task.await)) }
+                async move { (i, task.await) }
             })
             .buffer_unordered(concurrency * 2);
         let mut entity_failures = 0;
@@ -607,7 +596,7 @@ async fn execute(
                 let (a, b) = mention_range[&i];
                 let own: Vec<Mention> = mentions[a..b].to_vec();
                 let (episode, context) = documents.owned(i, xs.context_episodes);
-                let task = tokio::spawn(async move {
+                let task = crate::llm::in_task(async move {
                     let context: Vec<&Episode> = context.iter().collect();
                     let s = &*shared;
                     extract::extract_facts(
@@ -621,7 +610,7 @@ async fn execute(
                     )
                     .await
                 });
-                async move { (i, joined(task.await)) }
+                async move { (i, task.await) }
             })
             .buffer_unordered(concurrency * 2);
         let mut replies = HashMap::new();

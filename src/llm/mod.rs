@@ -21,3 +21,24 @@ pub mod test_server;
 
 pub use cache::{CacheMode, ResponseCache};
 pub use client::{ApiKey, ChatReply, ChatRequest, LlmClient, LlmError, LlmTotals, Message, Usage};
+
+/// Runs `call` as a task of its own, so that the work around LLM calls
+/// (building prompts, hashing cache keys, parsing replies: all there is to
+/// a cached replay) spreads over every core. The task starts at once; one
+/// that panicked panics in the task awaiting it too.
+pub fn in_task<F>(call: F) -> impl std::future::Future<Output = F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let task = tokio::spawn(call);
+    async move {
+        match task.await {
+            Ok(v) => v,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(e) => panic!("an LLM call's task was cancelled: {e}"),
+            },
+        }
+    }
+}
