@@ -122,9 +122,14 @@ impl ResponseCache {
         self.mode == CacheMode::Replay
     }
 
+    /// Where an entry lives below the prefix: `<first two characters>/<key>.json`.
+    fn layout(key: &str) -> (&str, String) {
+        (&key[..2.min(key.len())], format!("{key}.json"))
+    }
+
     fn path(&self, key: &str) -> Path {
-        let shard = &key[..2.min(key.len())];
-        self.prefix.clone().join(shard).join(format!("{key}.json"))
+        let (shard, file) = Self::layout(key);
+        self.prefix.clone().join(shard).join(file)
     }
 
     /// The entry for `key`, if reading is on and a readable entry exists.
@@ -134,9 +139,8 @@ impl ResponseCache {
         }
         let bytes: bytes::Bytes = match &self.local_dir {
             Some(dir) => {
-                let file = dir
-                    .join(&key[..2.min(key.len())])
-                    .join(format!("{key}.json"));
+                let (shard, file) = Self::layout(key);
+                let file = dir.join(shard).join(file);
                 // Read in place: an entry is a few kilobytes on a local
                 // disk, cheaper to read than to hand to the blocking pool
                 // and back (the hand-off was most of a replayed call).

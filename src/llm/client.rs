@@ -729,6 +729,26 @@ impl LlmClient {
         body
     }
 
+    /// The error of a replay that found no cached reply, recorded as a
+    /// call that sent nothing.
+    fn not_cached(&self, stage: &str, model: &str, item: Option<&String>) -> LlmError {
+        let error = LlmError::NotCached {
+            stage: stage.to_string(),
+        };
+        self.record(self.row(
+            stage,
+            model,
+            item,
+            Usage::default(),
+            0,
+            false,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some(&error),
+        ));
+        error
+    }
+
     fn record(&self, row: LlmCallRow) {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         if !row.cache_hit {
@@ -851,21 +871,7 @@ impl LlmClient {
             });
         }
         if self.replay_only() {
-            let error = LlmError::NotCached {
-                stage: req.stage.clone(),
-            };
-            self.record(self.row(
-                &req.stage,
-                &self.settings.model,
-                req.item.as_ref(),
-                Usage::default(),
-                0,
-                false,
-                Duration::ZERO,
-                Duration::ZERO,
-                Some(&error),
-            ));
-            return Err(error);
+            return Err(self.not_cached(&req.stage, &self.settings.model, req.item.as_ref()));
         }
 
         let mut messages = req.messages.clone();
@@ -1018,21 +1024,8 @@ impl LlmClient {
         }
         let hits = texts.len() - missing.len();
         if !missing.is_empty() && self.replay_only() {
-            let error = LlmError::NotCached {
-                stage: stage.to_string(),
-            };
-            self.record(self.row(
-                stage,
-                &model,
-                Some(&format!("{} texts", missing.len())),
-                Usage::default(),
-                0,
-                false,
-                Duration::ZERO,
-                Duration::ZERO,
-                Some(&error),
-            ));
-            return Err(error);
+            let item = format!("{} texts", missing.len());
+            return Err(self.not_cached(stage, &model, Some(&item)));
         }
         if hits > 0 {
             self.record(self.row(
