@@ -14,9 +14,8 @@
 //!   normalised name and type, or a new node created for the fact.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::Int64Type;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -25,34 +24,29 @@ use object_store::ObjectStoreExt;
 
 use crate::objstore;
 use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType, is_relation_type_name};
-use crate::store::rows::{self, EdgeRow, FailureRow, NodeRow};
-use crate::store::{GraphStore, RunRow, RunStats, StoreError, Table, WriteMode};
+use crate::stage::{Stage, Timings};
+use crate::store::rows::{EdgeRow, FailureRow, NodeRow};
+use crate::store::{self, Changes, GraphStore, RunRow, RunStats, StoreError, Transaction};
 use crate::text::normalize_name;
 use crate::values::{check_value, parse_time};
 
 /// Errors of the add command (bad lines are failures rows, not errors).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AddError {
     /// The input file could not be read.
-    #[error("cannot read {location}: {reason}")]
-    Read { location: String, reason: String },
+    #[error("cannot read {location}: {source}")]
+    Read {
+        location: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Writing the graph failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Reading the committed graph failed.
-    #[error(transparent)]
-    DataFusion(#[from] datafusion::error::DataFusionError),
-}
-
-impl AddError {
-    /// A missing or unreadable input file is the user's to fix.
-    pub fn is_usage(&self) -> bool {
-        match self {
-            AddError::Read { .. } => true,
-            AddError::Store(e) => e.is_usage(),
-            _ => false,
-        }
-    }
+    /// The task parsing the lines stopped unexpectedly (a panic).
+    #[error("add: the task loading the lines failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// Result alias for the add command.
@@ -70,7 +64,7 @@ pub struct AddReport {
     /// Wall time of each step: `read` (the input file), `open` (lock,
     /// recovery, the committed graph), `load` (parsing and checking the
     /// lines into rows), `commit` (the table commits and the runs row).
-    pub stage_seconds: Vec<(&'static str, f64)>,
+    pub timings: Timings,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,25 +111,22 @@ async fn read_input(
     location: &str,
     options: &std::collections::BTreeMap<String, String>,
 ) -> Result<(String, Vec<u8>)> {
-    let read_err = |reason: String| AddError::Read {
+    let read_err = |source: Box<dyn std::error::Error + Send + Sync>| AddError::Read {
         location: location.to_string(),
-        reason,
+        source,
     };
     if location.contains("://") && !location.starts_with("file://") {
-        let url = url::Url::parse(location).map_err(|e| read_err(e.to_string()))?;
-        let store = objstore::store_for(&url, options).map_err(|e| read_err(e.to_string()))?;
+        let url = url::Url::parse(location).map_err(|e| read_err(e.into()))?;
+        let store = objstore::store_for(&url, options).map_err(|e| read_err(e.into()))?;
         let path = objstore::path_of(&url);
-        let got = store
-            .get(&path)
-            .await
-            .map_err(|e| read_err(e.to_string()))?;
-        let bytes = got.bytes().await.map_err(|e| read_err(e.to_string()))?;
+        let got = store.get(&path).await.map_err(|e| read_err(e.into()))?;
+        let bytes = got.bytes().await.map_err(|e| read_err(e.into()))?;
         return Ok((objstore::redacted(&url), bytes.to_vec()));
     }
     let path = location.strip_prefix("file://").unwrap_or(location);
     let bytes = tokio::fs::read(path)
         .await
-        .map_err(|e| read_err(e.to_string()))?;
+        .map_err(|e| read_err(e.into()))?;
     let uri = std::fs::canonicalize(path)
         .ok()
         .and_then(|p| url::Url::from_file_path(p).ok())
@@ -167,9 +158,15 @@ impl Loader {
     fn fail(&mut self, line: usize, reason: String, text: &str) {
         let item = format!("{}:{line}", self.file_name);
         self.failures.push(
-            FailureRow::new(&self.run_id, "add", item, reason, self.now)
-                .at(self.source_uri.clone(), Some(line as i64))
-                .excerpt(text),
+            FailureRow::new(
+                &self.run_id,
+                crate::stage::Stage::Add,
+                item,
+                reason,
+                self.now,
+            )
+            .at(self.source_uri.clone(), Some(line as i64))
+            .excerpt(text),
         );
     }
 
@@ -527,21 +524,6 @@ fn describe(kind: PropertyType) -> &'static str {
     }
 }
 
-async fn max_short_id(ctx: &datafusion::prelude::SessionContext) -> Result<i64> {
-    let batches = ctx
-        .sql("SELECT max(short_id) FROM nodes")
-        .await?
-        .collect()
-        .await?;
-    let max = batches
-        .first()
-        .filter(|b| b.num_rows() > 0)
-        .map(|b| b.column(0).as_primitive::<Int64Type>())
-        .filter(|a| !arrow::array::Array::is_null(*a, 0))
-        .map_or(0, |a| a.value(0));
-    Ok(max)
-}
-
 /// Loads `location` (JSON Lines; a path or an object store URL, read with
 /// `input_options` as storage options) into the graph as one run.
 pub async fn add_file(
@@ -551,113 +533,93 @@ pub async fn add_file(
     location: &str,
     input_options: &std::collections::BTreeMap<String, String>,
 ) -> Result<AddReport> {
-    use std::time::Instant;
-    let started = Instant::now();
+    let mut timings = Timings::default();
+    let mark = Instant::now();
     let (source_uri, bytes) = read_input(location, input_options).await?;
-    let read_done = Instant::now();
+    let mark = timings.lap(Stage::Read, mark);
     let mut tx = store.begin("add", group_id).await?;
-    let mut load_started = Instant::now();
-    let outcome = async {
-        let ctx = tx.base_context().await.map_err(AddError::from)?;
-        let next_short_id = max_short_id(&ctx).await? + 1;
-        load_started = Instant::now();
-        let file_name = source_uri
-            .rsplit('/')
-            .next()
-            .unwrap_or(&source_uri)
-            .to_string();
-        let run_id = tx.run_id().to_string();
-        let mut loader = Loader {
-            ontology: ontology.clone(),
-            group_id: group_id.to_string(),
-            run_id: run_id.clone(),
-            source_uri: source_uri.clone(),
-            file_name,
-            now: Utc::now(),
-            next_short_id,
-            nodes: Vec::new(),
-            edges: Vec::new(),
-            failures: Vec::new(),
-            by_key: HashMap::new(),
-            by_name: HashMap::new(),
-            implicit_nodes: 0,
-        };
-        // Parsing and checking is CPU work proportional to the file; keep it
-        // off the async runtime's threads.
-        let loader = tokio::task::spawn_blocking(move || {
-            loader.load(&bytes);
-            loader
-        })
-        .await
-        .map_err(|e| AddError::Read {
-            location: source_uri.clone(),
-            reason: format!("loader task failed: {e}"),
-        })?;
-        let batch = |t: Table, b: std::result::Result<RecordBatch, StoreError>| b.map(|b| (t, b));
-        let mut writes = vec![
-            batch(Table::Nodes, rows::to_batch(Table::Nodes, &loader.nodes))?,
-            batch(
-                Table::NodeLabels,
-                rows::to_batch(Table::NodeLabels, &rows::node_label_rows(&loader.nodes)),
-            )?,
-            batch(Table::Edges, rows::to_batch(Table::Edges, &loader.edges))?,
-            batch(
-                Table::Failures,
-                rows::to_batch(Table::Failures, &loader.failures),
-            )?,
-        ];
-        let hash = ontology.content_hash();
-        if tx
-            .head()
-            .last_completed
-            .as_ref()
-            .map(|r| r.ontology_hash.as_str())
-            != Some(hash.as_str())
-        {
-            writes.extend(crate::store::ontology_batches(ontology, &run_id)?);
-        }
-        let stats = RunStats {
-            nodes_added: loader.nodes.len() as i64,
-            edges_added: loader.edges.len() as i64,
-            failures: loader.failures.len() as i64,
-            ontology_hash: hash,
-            ..RunStats::default()
-        };
-        Ok::<_, AddError>((writes, stats, loader.failures, loader.implicit_nodes))
-    }
+    let outcome = load(
+        &mut tx,
+        ontology,
+        group_id,
+        source_uri,
+        bytes,
+        &mut timings,
+        mark,
+    )
     .await;
-    let (writes, stats, failures, implicit_nodes) = match outcome {
+    let (changes, stats, implicit_nodes) = match outcome {
         Ok(o) => o,
         Err(e) => {
             tx.fail(&e.to_string(), RunStats::default()).await.ok();
             return Err(e);
         }
     };
-    let load_done = Instant::now();
-    for (table, batch) in writes {
-        let mode = match table {
-            Table::EntityTypes
-            | Table::EdgeTypes
-            | Table::EntityTypeClosure
-            | Table::EdgeTypeClosure => WriteMode::Overwrite,
-            _ => WriteMode::Append,
-        };
-        if batch.num_rows() > 0 || mode == WriteMode::Overwrite {
-            tx.stage(table, mode, vec![batch]);
-        }
-    }
+    let mark = Instant::now();
     let run = tx.commit(stats).await?;
-    let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
-    let stage_seconds = vec![
-        ("read", secs(started, read_done)),
-        ("open", secs(read_done, load_started)),
-        ("load", secs(load_started, load_done)),
-        ("commit", secs(load_done, Instant::now())),
-    ];
+    timings.lap(Stage::Commit, mark);
     Ok(AddReport {
         run,
-        failures,
+        failures: changes.failures,
         implicit_nodes,
-        stage_seconds,
+        timings,
     })
+}
+
+/// Reads the committed graph's largest short id, loads the lines into rows
+/// (off the async runtime: parsing is CPU work proportional to the file)
+/// and stages them.
+async fn load(
+    tx: &mut Transaction,
+    ontology: &Ontology,
+    group_id: &str,
+    source_uri: String,
+    bytes: Vec<u8>,
+    timings: &mut Timings,
+    mark: Instant,
+) -> Result<(Changes, RunStats, usize)> {
+    let ctx = tx.base_context().await?;
+    let next_short_id = store::max_short_id(&ctx).await? + 1;
+    let mark = timings.lap(Stage::Open, mark);
+    let file_name = source_uri
+        .rsplit('/')
+        .next()
+        .unwrap_or(&source_uri)
+        .to_string();
+    let mut loader = Loader {
+        ontology: ontology.clone(),
+        group_id: group_id.to_string(),
+        run_id: tx.run_id().to_string(),
+        source_uri: source_uri.clone(),
+        file_name,
+        now: Utc::now(),
+        next_short_id,
+        nodes: Vec::new(),
+        edges: Vec::new(),
+        failures: Vec::new(),
+        by_key: HashMap::new(),
+        by_name: HashMap::new(),
+        implicit_nodes: 0,
+    };
+    let loader = tokio::task::spawn_blocking(move || {
+        loader.load(&bytes);
+        loader
+    })
+    .await
+    .map_err(AddError::Task)?;
+    let changes = Changes {
+        nodes: loader.nodes,
+        edges: loader.edges,
+        failures: loader.failures,
+        ..Changes::default()
+    };
+    let stats = RunStats {
+        nodes_added: changes.nodes.len() as i64,
+        edges_added: changes.edges.len() as i64,
+        failures: changes.failures.len() as i64,
+        ontology_hash: tx.stage_changes(&changes, ontology)?,
+        ..RunStats::default()
+    };
+    timings.lap(Stage::Load, mark);
+    Ok((changes, stats, loader.implicit_nodes))
 }

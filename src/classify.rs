@@ -25,6 +25,7 @@ use crate::extract::{
 };
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::ontology::Ontology;
+use crate::stage::Stage;
 
 /// Version of the classification prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "classify-v1";
@@ -220,7 +221,7 @@ pub async fn walk_entities(
                     let i = batch.members[0];
                     stopped[i] = true;
                     rejected.push(Rejected {
-                        stage: "classify_entities",
+                        stage: Stage::ClassifyEntities,
                         episode_id: mentions[i].episode_id.clone(),
                         reason: format!(
                             "subtype classification under `{}` failed for this entity alone; it stays at `{}`: {e}",
@@ -314,7 +315,7 @@ fn entity_request(
     let per_item = 24 + 24 * property_names.len() as u32;
     (
         ChatRequest {
-            stage: "classify_entities".into(),
+            stage: Stage::ClassifyEntities,
             item: Some(format!("{} × {}", batch.parent, batch.members.len())),
             messages: vec![Message::system(system), Message::user(user)],
             max_tokens: (64 + per_item * batch.members.len() as u32)
@@ -386,7 +387,7 @@ pub async fn walk_facts(
                     let i = batch.members[0];
                     stopped[i] = true;
                     rejected.push(Rejected {
-                        stage: "classify_facts",
+                        stage: Stage::ClassifyFacts,
                         episode_id: facts[i].episode_id.clone(),
                         reason: format!(
                             "subtype classification under `{}` failed for this fact alone; it stays at `{}`: {e}",
@@ -419,7 +420,7 @@ pub async fn walk_facts(
                 if !ontology.edge_allows(&item.subtype, &st, &tt) {
                     stopped[i] = true;
                     rejected.push(Rejected {
-                        stage: "classify_facts",
+                        stage: Stage::ClassifyFacts,
                         episode_id: facts[i].episode_id.clone(),
                         reason: format!(
                             "subtype `{}` does not allow {st} → {tt} (subtypes do not inherit source_targets); the fact stays `{}`",
@@ -475,7 +476,7 @@ fn fact_request(
     let _ = write!(user, "\nAnswer for every item by its number.");
     (
         ChatRequest {
-            stage: "classify_facts".into(),
+            stage: Stage::ClassifyFacts,
             item: Some(format!("{} × {}", batch.parent, batch.members.len())),
             messages: vec![Message::system(system), Message::user(user)],
             max_tokens: 64 + 32 * batch.members.len() as u32,

@@ -18,10 +18,15 @@ use crate::text::normalize_name;
 
 /// Errors of the evaluation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EvalError {
     /// The gold file could not be read or parsed.
-    #[error("cannot read gold file {path}: {reason}")]
-    Gold { path: String, reason: String },
+    #[error("cannot read gold file {path}: {source}")]
+    Gold {
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The graph could not be read.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -60,12 +65,12 @@ pub struct Gold {
 impl Gold {
     /// Reads a gold file.
     pub fn from_path(path: &Path) -> Result<Gold, EvalError> {
-        let err = |reason: String| EvalError::Gold {
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| EvalError::Gold {
             path: path.display().to_string(),
-            reason,
+            source,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.into()))?;
+        serde_json::from_str(&text).map_err(|e| err(e.into()))
     }
 }
 

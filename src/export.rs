@@ -26,6 +26,7 @@ use crate::store::{GraphStore, StoreError, Table};
 
 /// Errors of an export.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExportError {
     /// The destination URL or its options are unusable.
     #[error(transparent)]
@@ -48,17 +49,6 @@ pub enum ExportError {
         #[source]
         source: object_store::Error,
     },
-}
-
-impl ExportError {
-    /// Whether the user fixes this in the command (exit 2).
-    pub fn is_usage(&self) -> bool {
-        match self {
-            ExportError::Location(_) => true,
-            ExportError::Store(e) => e.is_usage(),
-            _ => false,
-        }
-    }
 }
 
 /// Result alias for exports.

@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::ontology::{ENTITY_LABEL, EdgeTypeSpec, Ontology, PropertySpec, is_relation_type_name};
 use crate::source::Episode;
+use crate::stage::Stage;
 use crate::text::normalize_name;
 use crate::values::{coerce_text, parse_time};
 
@@ -80,7 +81,7 @@ impl FactMention {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     /// Stage that dropped it.
-    pub stage: &'static str,
+    pub stage: Stage,
     /// Episode concerned.
     pub episode_id: String,
     /// Why.
@@ -285,7 +286,7 @@ impl Prompts {
         context: &[&Episode],
     ) -> ChatRequest {
         ChatRequest {
-            stage: "extract_entities".into(),
+            stage: Stage::ExtractEntities,
             item: Some(episode.episode_id.clone()),
             messages: vec![
                 Message::system(self.entity_system.clone()),
@@ -371,13 +372,13 @@ fn entity_prompt(ontology: &Ontology, spec: &ExtractSpec) -> (String, Value) {
 
 async fn within_budget<T>(
     spec: &ExtractSpec,
-    stage: &str,
+    stage: Stage,
     call: impl std::future::Future<Output = Result<T, LlmError>>,
 ) -> Result<T, LlmError> {
     match tokio::time::timeout(Duration::from_secs(spec.call_budget_secs), call).await {
         Ok(r) => r,
         Err(_) => Err(LlmError::Exhausted {
-            stage: stage.to_string(),
+            stage,
             attempts: 0,
             last: format!(
                 "the call ran past its time budget of {} s (extract.call_budget_secs)",
@@ -400,7 +401,7 @@ pub async fn extract_entities(
     let request = prompts.entity_request(spec, episode, context);
     let reply = within_budget(
         spec,
-        "extract_entities",
+        Stage::ExtractEntities,
         client.chat_json_with_schema_ref::<EntityReply>(request, prompts.entity_schema()),
     )
     .await?;
@@ -419,7 +420,7 @@ pub async fn extract_entities(
             .to_string();
         let normalized = normalize_name(&name);
         let reject = |reason: String| Rejected {
-            stage: "extract_entities",
+            stage: Stage::ExtractEntities,
             episode_id: episode.episode_id.clone(),
             reason,
             excerpt: format!("{} ({})", e.name, e.kind),
@@ -555,7 +556,7 @@ fn fact_request(
     });
     (
         ChatRequest {
-            stage: "extract_facts".into(),
+            stage: Stage::ExtractFacts,
             item: Some(episode.episode_id.clone()),
             messages: vec![Message::system(system), Message::user(user)],
             max_tokens: spec.fact_max_tokens,
@@ -603,7 +604,7 @@ pub async fn extract_facts(
     let (request, schema) = fact_request(&prompts.fact_system, spec, episode, context, mentions);
     let reply = within_budget(
         spec,
-        "extract_facts",
+        Stage::ExtractFacts,
         client.chat_json_with_schema::<FactReply>(request, schema),
     )
     .await?;
@@ -617,7 +618,7 @@ pub async fn extract_facts(
     let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
     for f in reply.value.facts {
         let reject = |reason: String| Rejected {
-            stage: "extract_facts",
+            stage: Stage::ExtractFacts,
             episode_id: episode.episode_id.clone(),
             reason,
             excerpt: format!(

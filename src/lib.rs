@@ -34,6 +34,7 @@ pub mod run;
 pub mod scratch;
 pub mod source;
 pub mod spec;
+pub mod stage;
 pub mod store;
 pub mod text;
 pub mod values;
@@ -41,6 +42,7 @@ pub mod values;
 /// Errors of any layer, as the command line reports them. Layers with
 /// large errors are boxed so that `Result<T, Error>` stays small.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error(transparent)]
     Spec(#[from] spec::SpecError),
@@ -67,79 +69,94 @@ pub enum Error {
     Export(Box<export::ExportError>),
 }
 
-impl From<export::ExportError> for Error {
-    fn from(e: export::ExportError) -> Self {
-        Error::Export(Box::new(e))
-    }
+/// `From` for the boxed variants, so `?` works from every layer.
+macro_rules! from_boxed {
+    ($($variant:ident($error:ty)),* $(,)?) => {$(
+        impl From<$error> for Error {
+            fn from(e: $error) -> Self {
+                Error::$variant(Box::new(e))
+            }
+        }
+    )*};
 }
+
+from_boxed!(
+    Store(store::StoreError),
+    Query(query::QueryError),
+    Add(add::AddError),
+    Llm(llm::LlmError),
+    Run(run::RunError),
+    Eval(eval::EvalError),
+    Export(export::ExportError),
+);
 
 #[cfg(feature = "testkit")]
-impl From<bench::resolution::BenchError> for Error {
-    fn from(e: bench::resolution::BenchError) -> Self {
-        Error::Bench(Box::new(e))
-    }
-}
-
-impl From<eval::EvalError> for Error {
-    fn from(e: eval::EvalError) -> Self {
-        Error::Eval(Box::new(e))
-    }
-}
-
-impl From<run::RunError> for Error {
-    fn from(e: run::RunError) -> Self {
-        Error::Run(Box::new(e))
-    }
-}
-
-impl From<llm::LlmError> for Error {
-    fn from(e: llm::LlmError) -> Self {
-        Error::Llm(Box::new(e))
-    }
-}
-
-impl From<store::StoreError> for Error {
-    fn from(e: store::StoreError) -> Self {
-        Error::Store(Box::new(e))
-    }
-}
-
-impl From<query::QueryError> for Error {
-    fn from(e: query::QueryError) -> Self {
-        Error::Query(Box::new(e))
-    }
-}
-
-impl From<add::AddError> for Error {
-    fn from(e: add::AddError) -> Self {
-        Error::Add(Box::new(e))
-    }
-}
+from_boxed!(Bench(bench::resolution::BenchError));
 
 impl Error {
-    /// Whether the error is the user's input (spec, ontology, location, SQL
-    /// text) rather than a failure while running; the CLI exits with 2 for
-    /// these and 1 for the rest.
-    pub fn is_usage(&self) -> bool {
+    /// The process exit code: 2 when the user fixes the command or its
+    /// input (the spec, the ontology, a URL or storage option, a missing
+    /// bucket or refused credentials, a path with no graph, SQL text, an
+    /// unreadable input or gold file), 1 for a failure while running (an
+    /// LLM, the machine, a server that is down). The one place that
+    /// decides; layers only say what went wrong.
+    pub fn exit_code(&self) -> u8 {
+        if self.is_usage() { 2 } else { 1 }
+    }
+
+    fn is_usage(&self) -> bool {
+        use datafusion::error::DataFusionError as Df;
+        use objstore::Problem;
+        // An endpoint nobody answers at may be a server that is down.
+        let problem = |p: &Problem| *p != Problem::Unreachable;
+        let store = |e: &store::StoreError| match e {
+            store::StoreError::Location(_) | store::StoreError::NoGraph { .. } => true,
+            store::StoreError::Storage { problem: p, .. } => problem(p),
+            _ => false,
+        };
+        let source = |e: &source::SourceError| match e {
+            source::SourceError::Location(_) | source::SourceError::Missing { .. } => true,
+            source::SourceError::Storage { problem: p, .. } => problem(p),
+            _ => false,
+        };
         match self {
             Error::Spec(_) | Error::Ontology(_) | Error::Location(_) => true,
-            Error::Store(e) => e.is_usage(),
-            Error::Query(q) => q.is_usage(),
-            Error::Add(a) => a.is_usage(),
-            Error::Llm(_) => false,
-            #[cfg(feature = "testkit")]
-            Error::Bench(_) => false,
-            Error::Export(e) => e.is_usage(),
+            Error::Store(e) => store(e),
+            Error::Query(e) => match &**e {
+                query::QueryError::ReadOnly(_)
+                | query::QueryError::Empty
+                | query::QueryError::File { .. } => true,
+                // Errors in the SQL text itself.
+                query::QueryError::DataFusion(e) => matches!(
+                    e.find_root(),
+                    Df::SQL(..) | Df::Plan(_) | Df::SchemaError(..)
+                ),
+                query::QueryError::Store(e) => store(e),
+                _ => false,
+            },
+            Error::Add(e) => match &**e {
+                add::AddError::Read { .. } => true,
+                add::AddError::Store(e) => store(e),
+                _ => false,
+            },
+            Error::Export(e) => match &**e {
+                export::ExportError::Location(_) => true,
+                export::ExportError::Store(e) => store(e),
+                _ => false,
+            },
             Error::Eval(e) => match &**e {
                 eval::EvalError::Gold { .. } => true,
-                eval::EvalError::Store(s) => s.is_usage(),
+                eval::EvalError::Store(e) => store(e),
             },
             Error::Run(e) => match &**e {
                 run::RunError::NoSource | run::RunError::Location(_) => true,
-                run::RunError::Source(s) => s.is_usage(),
-                run::RunError::Store(s) => s.is_usage(),
+                run::RunError::Source(e) => source(e),
+                run::RunError::Store(e) => store(e),
                 _ => false,
             },
+            Error::Llm(_) => false,
+            #[cfg(feature = "testkit")]
+            Error::Bench(_) => false,
         }
     }
 }

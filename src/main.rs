@@ -8,10 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod cli;
+
 use clap::{Args, Parser, Subcommand};
 use graphloom::ontology::Ontology;
 use graphloom::query::{GraphSession, OutputFormat, render};
 use graphloom::spec::PipelineSpec;
+use graphloom::stage::Stage;
 use graphloom::store::{GraphStore, Table};
 use graphloom::{Error, add};
 
@@ -341,7 +344,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(if e.is_usage() { 2 } else { 1 })
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -385,7 +388,9 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 } else {
                     graphloom::llm::CacheMode::ReadWrite
                 },
-                progress_bar: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                progress: cli::progress::on_stderr(std::io::IsTerminal::is_terminal(
+                    &std::io::stderr(),
+                )),
             };
             let report = graphloom::run::run(&spec, &ontology, &store, &options).await?;
             print_run(&spec, &store, &report);
@@ -521,7 +526,11 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
             r.episodes_skipped,
             r.episodes_planned
         );
-        if let Some(n) = r.failures_by_stage.get("source").filter(|n| **n > 0) {
+        if let Some(n) = r
+            .failures_by_stage
+            .get(Stage::Source.as_str())
+            .filter(|n| **n > 0)
+        {
             out!("{n} source item(s) could not be read and would be recorded in `failures`");
         }
         out!();
@@ -588,12 +597,12 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         }
     }
     let stages: Vec<String> = r
-        .stage_seconds
+        .timings
         .iter()
-        .fold(Vec::<(&str, f64)>::new(), |mut acc, (s, t)| {
-            match acc.iter_mut().find(|(a, _)| a == s) {
+        .fold(Vec::<(Stage, f64)>::new(), |mut acc, (s, t)| {
+            match acc.iter_mut().find(|(a, _)| *a == s) {
                 Some((_, sum)) => *sum += t,
-                None => acc.push((s, *t)),
+                None => acc.push((s, t)),
             }
             acc
         })

@@ -33,6 +33,7 @@ use url::Url;
 
 /// Errors raised while resolving a location or building its client.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LocationError {
     /// The text is neither a URL nor a path.
     #[error("invalid location {location:?}: {reason}")]
@@ -413,6 +414,7 @@ pub fn path_of(url: &Url) -> object_store::path::Path {
 /// A setup mistake a failed request reveals, told apart so the user gets
 /// one line saying what to fix instead of the server's XML body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Problem {
     /// The bucket or container does not exist.
     NoBucket,
@@ -462,12 +464,6 @@ impl Problem {
         } else {
             None
         }
-    }
-
-    /// Whether the user fixes it in the settings (exit 2); an endpoint
-    /// nobody answers at may be a server that is down (exit 1).
-    pub fn is_usage(self) -> bool {
-        self != Problem::Unreachable
     }
 
     /// One line for `location` (a URL inside the bucket) saying what to fix.

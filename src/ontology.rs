@@ -83,6 +83,7 @@ impl fmt::Display for OntologyIssue {
 
 /// Errors of the ontology layer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OntologyError {
     /// The ontology breaks one or more rules; every issue is listed.
     #[error("invalid ontology ({} error{}):\n{}", .0.len(), if .0.len() == 1 { "" } else { "s" }, render_issues(.0))]

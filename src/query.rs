@@ -36,6 +36,7 @@ use crate::store::{GraphStore, Snapshot, StoreError, Table};
 
 /// Errors of the query layer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum QueryError {
     /// The SQL failed to parse, plan or run; DataFusion's message names the
     /// table or column.
@@ -59,24 +60,7 @@ pub enum QueryError {
     },
     /// Results could not be printed.
     #[error("cannot format results: {0}")]
-    Format(String),
-}
-
-impl QueryError {
-    /// Errors in the SQL text itself (exit code 2).
-    pub fn is_usage(&self) -> bool {
-        match self {
-            QueryError::ReadOnly(_) | QueryError::Empty | QueryError::File { .. } => true,
-            QueryError::DataFusion(e) => matches!(
-                e.find_root(),
-                DataFusionError::SQL(..)
-                    | DataFusionError::Plan(_)
-                    | DataFusionError::SchemaError(..)
-            ),
-            QueryError::Store(e) => e.is_usage(),
-            QueryError::Format(_) => false,
-        }
-    }
+    Format(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Result alias for the query layer.
@@ -405,6 +389,7 @@ impl ScalarUDFImpl for JsonGetStr {
 
 /// Output formats of `graphloom sql`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
 pub enum OutputFormat {
     /// An aligned text table.
     Table,
@@ -416,7 +401,7 @@ pub enum OutputFormat {
 
 /// Renders one statement's result.
 pub fn render(result: &StatementResult, format: OutputFormat) -> Result<String> {
-    let fmt_err = |e: arrow::error::ArrowError| QueryError::Format(e.to_string());
+    let fmt_err = |e: arrow::error::ArrowError| QueryError::Format(e.into());
     match format {
         OutputFormat::Table => {
             let table = arrow::util::pretty::pretty_format_batches_with_schema(
@@ -464,8 +449,8 @@ pub fn render(result: &StatementResult, format: OutputFormat) -> Result<String> 
                 writer.write(batch).map_err(fmt_err)?;
             }
             writer.finish().map_err(fmt_err)?;
-            let mut text = String::from_utf8(writer.into_inner())
-                .map_err(|e| QueryError::Format(e.to_string()))?;
+            let mut text =
+                String::from_utf8(writer.into_inner()).map_err(|e| QueryError::Format(e.into()))?;
             if text.is_empty() {
                 text.push_str("[]");
             }

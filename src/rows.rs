@@ -7,15 +7,18 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::stage::Stage;
+
 /// Rows that could not be decoded from Arrow batches (a column that does
 /// not fit the row type).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot decode `{table}` rows: {message}")]
+#[error("cannot decode `{table}` rows: {source}")]
 pub struct DecodeError {
     /// The table the batches came from.
     pub table: &'static str,
-    /// What did not fit.
-    pub message: String,
+    /// What did not fit (an Arrow or JSON error).
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 /// Decodes record batches of `table` into rows, through arrow-json's
@@ -24,20 +27,17 @@ pub fn decode<T: DeserializeOwned>(
     table: &'static str,
     batches: &[RecordBatch],
 ) -> Result<Vec<T>, DecodeError> {
-    let err = |e: &dyn std::fmt::Display| DecodeError {
-        table,
-        message: e.to_string(),
-    };
+    let err = |e: Box<dyn std::error::Error + Send + Sync>| DecodeError { table, source: e };
     let mut out = Vec::new();
     for batch in batches {
         if batch.num_rows() == 0 {
             continue;
         }
         let mut writer = arrow::json::ArrayWriter::new(Vec::new());
-        writer.write(batch).map_err(|e| err(&e))?;
-        writer.finish().map_err(|e| err(&e))?;
+        writer.write(batch).map_err(|e| err(e.into()))?;
+        writer.finish().map_err(|e| err(e.into()))?;
         let buf = writer.into_inner();
-        let rows: Vec<T> = serde_json::from_slice(&buf).map_err(|e| err(&e))?;
+        let rows: Vec<T> = serde_json::from_slice(&buf).map_err(|e| err(e.into()))?;
         out.extend(rows);
     }
     Ok(out)
@@ -246,7 +246,7 @@ impl FailureRow {
     /// [`FailureRow::of_episode`] and [`FailureRow::excerpt`].
     pub fn new(
         run_id: &str,
-        stage: &str,
+        stage: Stage,
         item: impl Into<String>,
         reason: impl Into<String>,
         created_at: DateTime<Utc>,
@@ -254,7 +254,7 @@ impl FailureRow {
         FailureRow {
             failure_id: uuid::Uuid::now_v7().to_string(),
             run_id: run_id.to_string(),
-            stage: stage.to_string(),
+            stage: stage.into(),
             item: item.into(),
             source_uri: None,
             line: None,

@@ -149,7 +149,7 @@ impl SourceFailure {
     pub fn to_row(&self, run_id: &str, created_at: DateTime<Utc>) -> FailureRow {
         let row = FailureRow::new(
             run_id,
-            "source",
+            crate::stage::Stage::Source,
             self.item.clone(),
             self.reason.clone(),
             created_at,
@@ -179,6 +179,7 @@ pub struct Loaded {
 /// Problems with the source as a whole; bad input inside files is a
 /// [`SourceFailure`] instead.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SourceError {
     /// `source.url` or `source.storage_options` is not usable.
     #[error(transparent)]
@@ -212,18 +213,6 @@ pub enum SourceError {
     /// A parsing task stopped unexpectedly.
     #[error("source task failed: {message}")]
     Task { message: String },
-}
-
-impl SourceError {
-    /// Whether the user's spec is at fault (bad URL or options, missing
-    /// directory) rather than the store or the machine.
-    pub fn is_usage(&self) -> bool {
-        match self {
-            SourceError::Location(_) | SourceError::Missing { .. } => true,
-            SourceError::Storage { problem, .. } => problem.is_usage(),
-            _ => false,
-        }
-    }
 }
 
 /// Settings shared by every file of one load.

@@ -49,7 +49,7 @@ pub struct AddSize {
     /// Wall time of `add`, reading the file to the last commit.
     pub seconds: f64,
     /// Its steps (read, open, load, commit).
-    pub stage_seconds: Vec<(&'static str, f64)>,
+    pub timings: crate::stage::Timings,
     /// Nodes and edges written, implicit endpoint nodes, failed lines.
     pub nodes_added: i64,
     pub edges_added: i64,
@@ -188,7 +188,7 @@ async fn one_size(settings: &AddBench, nodes: usize, facts: usize) -> Result<Add
         facts,
         bytes: text.len(),
         seconds: started.elapsed().as_secs_f64(),
-        stage_seconds: report.stage_seconds,
+        timings: report.timings,
         nodes_added: report.run.nodes_added,
         edges_added: report.run.edges_added,
         implicit_nodes: report.implicit_nodes,
@@ -220,7 +220,7 @@ impl fmt::Display for AddBenchReport {
         )?;
         for s in &self.sizes {
             let steps: Vec<String> = s
-                .stage_seconds
+                .timings
                 .iter()
                 .map(|(n, t)| format!("{n} {t:.2}"))
                 .collect();
@@ -249,10 +249,10 @@ impl fmt::Display for AddBenchReport {
                 }
             };
             let steps: Vec<String> = small
-                .stage_seconds
+                .timings
                 .iter()
-                .zip(&large.stage_seconds)
-                .map(|((n, a), (_, b))| format!("{n} {}", ratio(*a, *b)))
+                .zip(large.timings.iter())
+                .map(|((n, a), (_, b))| format!("{n} {}", ratio(a, b)))
                 .collect();
             write!(
                 f,

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use crate::llm::test_server::{Behavior, Fault, Reply, TestServer};
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::spec::LlmSpec;
+use crate::stage::Stage;
 
 /// Settings of `graphloom bench llm`.
 #[derive(Debug, Clone)]
@@ -155,7 +156,7 @@ pub async fn run_llm_bench(settings: LlmBench) -> std::io::Result<LlmBenchReport
             tokio::spawn(async move {
                 client
                     .chat_json::<BenchReply>(ChatRequest {
-                        stage: "bench".into(),
+                        stage: Stage::Bench,
                         item: Some(i.to_string()),
                         messages: vec![Message::system("Reply with JSON."), Message::user(prompt)],
                         max_tokens,

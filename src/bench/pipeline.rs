@@ -36,6 +36,7 @@ use crate::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
 use crate::ontology::Ontology;
 use crate::run::{RunOptions, RunReport};
 use crate::spec::PipelineSpec;
+use crate::stage::Stage;
 use crate::store::GraphStore;
 
 /// Settings of `graphloom bench run`.
@@ -54,12 +55,12 @@ pub struct RunBench {
 }
 
 /// The stages a run reports, grouped as the bench prints them.
-pub const STAGE_GROUPS: [(&str, &[&str]); 5] = [
-    ("source", &["source"]),
-    ("extract", &["extract_entities", "extract_facts"]),
-    ("classify", &["classify_entities", "classify_facts"]),
-    ("resolve", &["resolve"]),
-    ("commit", &["open", "commit"]),
+pub const STAGE_GROUPS: [(&str, &[Stage]); 5] = [
+    ("source", &[Stage::Source]),
+    ("extract", &[Stage::ExtractEntities, Stage::ExtractFacts]),
+    ("classify", &[Stage::ClassifyEntities, Stage::ClassifyFacts]),
+    ("resolve", &[Stage::Resolve]),
+    ("commit", &[Stage::Open, Stage::Commit]),
 ];
 
 /// One run of the pipeline.
@@ -79,8 +80,8 @@ pub struct PassReport {
 
 impl PassReport {
     /// Seconds of a group of [`STAGE_GROUPS`].
-    pub fn group(&self, stages: &[&str]) -> f64 {
-        stages.iter().map(|s| self.run.stage(s)).sum()
+    pub fn group(&self, stages: &[Stage]) -> f64 {
+        stages.iter().map(|s| self.run.stage(*s)).sum()
     }
 
     /// Episodes per second over the whole run.
@@ -774,8 +775,8 @@ impl fmt::Display for RunBenchReport {
                         writeln!(
                             f,
                             "    {stage:<16} {:>10.3} {:>10.3}",
-                            s.first.run.stage(stage),
-                            s.replay.run.stage(stage)
+                            s.first.run.stage(*stage),
+                            s.replay.run.stage(*stage)
                         )?;
                     }
                 }

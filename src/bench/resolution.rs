@@ -362,6 +362,7 @@ fn mentions(b: &ResolveBench) -> (Vec<MentionKey>, Vec<Truth>, Vec<&'static str>
 
 /// Errors of the benches.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// Writing the synthetic nodes failed.
     #[error("bench data: {0}")]

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a run uses the cache (`--no-cache`, `--refresh-cache`, `--replay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum CacheMode {
     /// Read hits, write misses.
     #[default]

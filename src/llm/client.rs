@@ -23,9 +23,11 @@ use super::reply;
 use super::retry::{RetryPolicy, Verdict, classify, parse_retry_after};
 use crate::rows::LlmCallRow;
 use crate::spec::{ApiStyle, LlmSpec, StructuredOutput};
+use crate::stage::Stage;
 
 /// Errors of the LLM layer. Messages never contain the API key.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LlmError {
     /// The call does not fit the budget (larger than the burst).
     #[error(transparent)]
@@ -33,14 +35,14 @@ pub enum LlmError {
     /// The provider refused the request for a reason retrying cannot fix.
     #[error("{stage}: the model server answered HTTP {status}: {message}")]
     Refused {
-        stage: String,
+        stage: Stage,
         status: u16,
         message: String,
     },
     /// Every attempt failed with a transient error.
     #[error("{stage}: gave up after {attempts} attempts; last error: {last}")]
     Exhausted {
-        stage: String,
+        stage: Stage,
         attempts: u32,
         last: String,
     },
@@ -49,14 +51,14 @@ pub enum LlmError {
         "{stage}: the reply does not match the expected JSON ({reason}); reply starts: {excerpt}"
     )]
     InvalidReply {
-        stage: String,
+        stage: Stage,
         reason: String,
         excerpt: String,
     },
     /// The reply was cut at `max_tokens`.
     #[error("{stage}: the reply was cut at max_tokens = {max_tokens}; reply starts: {excerpt}")]
     Truncated {
-        stage: String,
+        stage: Stage,
         max_tokens: u32,
         excerpt: String,
     },
@@ -68,7 +70,7 @@ pub enum LlmError {
     #[error(
         "{stage}: no reply for this request in the response cache, and --replay makes no LLM calls (run without --replay to ask the model)"
     )]
-    NotCached { stage: String },
+    NotCached { stage: Stage },
 }
 
 impl LlmError {
@@ -152,7 +154,7 @@ impl Message {
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     /// Stage name for accounting (`extract_entities`, `classify`, …).
-    pub stage: String,
+    pub stage: Stage,
     /// What the call is about (an episode id), for accounting.
     pub item: Option<String>,
     /// The conversation.
@@ -471,7 +473,7 @@ impl LlmClient {
     /// one level down and returns at once so the caller can rebuild the body.
     async fn exchange(
         &self,
-        stage: &str,
+        stage: Stage,
         endpoint: &str,
         body: &Value,
         est_tokens: u64,
@@ -586,7 +588,7 @@ impl LlmClient {
                         attempts -= 1;
                         return Err(fail(
                             LlmError::Refused {
-                                stage: stage.to_string(),
+                                stage,
                                 status: 400,
                                 message: format!(
                                     "{message} (retrying with a simpler structured-output mode)"
@@ -601,7 +603,7 @@ impl LlmClient {
                         Verdict::Fatal => {
                             return Err(fail(
                                 LlmError::Refused {
-                                    stage: stage.to_string(),
+                                    stage,
                                     status,
                                     message,
                                 },
@@ -628,7 +630,7 @@ impl LlmClient {
                     Some(w) if w > super::retry::MAX_RETRY_AFTER => {
                         return Err(fail(
                             LlmError::Exhausted {
-                                stage: stage.to_string(),
+                                stage,
                                 attempts,
                                 last: format!(
                                     "{last}; the server asked to wait {}s, longer than graphloom waits",
@@ -652,7 +654,7 @@ impl LlmClient {
         }
         Err(fail(
             LlmError::Exhausted {
-                stage: stage.to_string(),
+                stage,
                 attempts,
                 last,
             },
@@ -731,10 +733,8 @@ impl LlmClient {
 
     /// The error of a replay that found no cached reply, recorded as a
     /// call that sent nothing.
-    fn not_cached(&self, stage: &str, model: &str, item: Option<&String>) -> LlmError {
-        let error = LlmError::NotCached {
-            stage: stage.to_string(),
-        };
+    fn not_cached(&self, stage: Stage, model: &str, item: Option<&String>) -> LlmError {
+        let error = LlmError::NotCached { stage };
         self.record(self.row(
             stage,
             model,
@@ -760,7 +760,7 @@ impl LlmClient {
     #[allow(clippy::too_many_arguments)]
     fn row(
         &self,
-        stage: &str,
+        stage: Stage,
         model: &str,
         item: Option<&String>,
         usage: Usage,
@@ -773,7 +773,7 @@ impl LlmClient {
         LlmCallRow {
             call_id: uuid::Uuid::now_v7().to_string(),
             run_id: self.run_id.clone(),
-            stage: stage.to_string(),
+            stage: stage.into(),
             model: model.to_string(),
             item: item.cloned(),
             prompt_tokens: usage.prompt_tokens as i64,
@@ -853,7 +853,7 @@ impl LlmClient {
                 completion_tokens: hit.completion_tokens,
             };
             self.record(self.row(
-                &req.stage,
+                req.stage,
                 &hit.model,
                 req.item.as_ref(),
                 usage,
@@ -871,7 +871,7 @@ impl LlmClient {
             });
         }
         if self.replay_only() {
-            return Err(self.not_cached(&req.stage, &self.settings.model, req.item.as_ref()));
+            return Err(self.not_cached(req.stage, &self.settings.model, req.item.as_ref()));
         }
 
         let mut messages = req.messages.clone();
@@ -882,7 +882,7 @@ impl LlmClient {
             let body = self.chat_body(&messages, schema, req.max_tokens, level);
             let est = estimate_tokens(&messages) + req.max_tokens as u64;
             let exchange = match self
-                .exchange(&req.stage, "chat/completions", &body, est, Some(level))
+                .exchange(req.stage, "chat/completions", &body, est, Some(level))
                 .await
             {
                 Ok(x) => x,
@@ -918,7 +918,7 @@ impl LlmClient {
             );
             if b["choices"][0]["finish_reason"] == "length" {
                 break Err(LlmError::Truncated {
-                    stage: req.stage.clone(),
+                    stage: req.stage,
                     max_tokens: req.max_tokens,
                     excerpt: reply::excerpt(&content, 200),
                 });
@@ -938,7 +938,7 @@ impl LlmClient {
                 }
                 Err(reason) => {
                     break Err(LlmError::InvalidReply {
-                        stage: req.stage.clone(),
+                        stage: req.stage,
                         reason,
                         excerpt: reply::excerpt(&content, 200),
                     });
@@ -961,7 +961,7 @@ impl LlmClient {
                         .await;
                 }
                 self.record(self.row(
-                    &req.stage,
+                    req.stage,
                     &self.settings.model,
                     req.item.as_ref(),
                     usage,
@@ -980,7 +980,7 @@ impl LlmClient {
             }
             Err(error) => {
                 self.record(self.row(
-                    &req.stage,
+                    req.stage,
                     &self.settings.model,
                     req.item.as_ref(),
                     usage,
@@ -998,7 +998,7 @@ impl LlmClient {
     /// Embeds texts through `/embeddings` (batches of 64), with the same
     /// limiter, retries and cache as chat calls. One `llm_calls` row per
     /// batch.
-    pub async fn embed(&self, stage: &str, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
+    pub async fn embed(&self, stage: Stage, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
         let model = self.settings.embedding_model.clone();
         let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
         let keys: Vec<String> = texts
@@ -1089,7 +1089,7 @@ impl LlmClient {
                 .iter()
                 .any(Option::is_none)
                 .then(|| LlmError::InvalidReply {
-                    stage: stage.to_string(),
+                    stage,
                     reason: format!(
                         "the server returned {} of {} embeddings",
                         vectors.iter().flatten().count(),

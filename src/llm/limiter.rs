@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 /// A budget cannot admit a reservation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LimitError {
     /// The reservation is larger than the budget's burst: it could never be
     /// sent without going over the limit.

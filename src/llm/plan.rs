@@ -5,14 +5,17 @@
 use std::fmt::Write as _;
 
 use crate::spec::LlmSpec;
+use crate::stage::Stage;
 
 /// The planned calls of one stage.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagePlan {
-    /// Stage name, as in `llm_calls.stage`.
-    pub stage: String,
-    /// Calls planned (an upper bound where the count depends on replies,
-    /// such as subtype walks).
+    /// The stage, as in `llm_calls.stage`.
+    pub stage: Stage,
+    /// Whether `calls` is an upper bound (the count depends on replies, as
+    /// for subtype walks) rather than exact.
+    pub upper_bound: bool,
+    /// Calls planned.
     pub calls: u64,
     /// Estimated prompt tokens over those calls.
     pub prompt_tokens: u64,
@@ -68,10 +71,15 @@ pub fn render(stages: &[StagePlan], llm: &LlmSpec) -> String {
         "stage", "calls", "prompt tokens", "max completion"
     );
     for s in stages {
+        let name = if s.upper_bound {
+            format!("{} (≤)", s.stage)
+        } else {
+            s.stage.to_string()
+        };
         let _ = writeln!(
             out,
             "{:<24} {:>8} {:>14} {:>16}",
-            s.stage, s.calls, s.prompt_tokens, s.max_completion_tokens
+            name, s.calls, s.prompt_tokens, s.max_completion_tokens
         );
     }
     let _ = writeln!(
@@ -109,13 +117,15 @@ mod tests {
     fn totals_price_tokens_and_find_the_binding_limit() {
         let stages = vec![
             StagePlan {
-                stage: "extract_entities".into(),
+                stage: Stage::ExtractEntities,
+                upper_bound: false,
                 calls: 100,
                 prompt_tokens: 200_000,
                 max_completion_tokens: 50_000,
             },
             StagePlan {
-                stage: "classify".into(),
+                stage: Stage::ClassifyEntities,
+                upper_bound: true,
                 calls: 20,
                 prompt_tokens: 40_000,
                 max_completion_tokens: 10_000,
@@ -139,6 +149,8 @@ mod tests {
         assert!((t.min_minutes - 3.0).abs() < 1e-9);
         let text = render(&stages, &llm);
         assert!(text.contains("total") && text.contains("$0.0720"), "{text}");
+        assert!(text.contains("classify_entities (≤)"), "{text}");
+        assert!(!text.contains("extract_entities (≤)"), "{text}");
         let unpriced = totals(&stages, &LlmSpec::default());
         assert_eq!(unpriced.max_cost_usd, None);
     }

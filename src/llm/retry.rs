@@ -39,6 +39,7 @@ impl RetryPolicy {
 
 /// How a failed attempt is handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Worth another attempt, after `retry_after` if the server said so.
     Retry { retry_after: Option<Duration> },

@@ -430,7 +430,19 @@ pub async fn candidates(
         for (kind, sql) in queries {
             let started = std::time::Instant::now();
             let before = out.len();
-            let batches = ctx.sql(&sql).await?.collect().await?;
+            let what = || {
+                let side = if is_mention {
+                    "the run's mentions"
+                } else {
+                    nodes
+                };
+                format!("{kind:?} candidate join against {side}")
+            };
+            let batches = match ctx.sql(&sql).await {
+                Ok(frame) => frame.collect().await,
+                Err(e) => Err(e),
+            }
+            .map_err(|e| e.context(what()))?;
             for b in &batches {
                 decode_pairs(b, kind, is_mention, &mut out)?;
             }
@@ -475,6 +487,16 @@ pub async fn candidates(
 /// Runs `sql` and keeps its result as the in-memory table `name`, its
 /// batches spread over the session's partitions for parallel work.
 async fn materialize(ctx: &SessionContext, name: &str, sql: &str) -> Result<(), DataFusionError> {
+    materialize_inner(ctx, name, sql)
+        .await
+        .map_err(|e| e.context(format!("building the scratch table {name}")))
+}
+
+async fn materialize_inner(
+    ctx: &SessionContext,
+    name: &str,
+    sql: &str,
+) -> Result<(), DataFusionError> {
     let df = ctx.sql(sql).await?;
     let schema = Arc::clone(df.schema().inner());
     let batches = df.collect().await?;
@@ -570,7 +592,11 @@ async fn fuzzy_pairs(
         grey = spec.grey_band_min,
         not_mention = !is_mention,
     );
-    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batches = match ctx.sql(&sql).await {
+        Ok(frame) => frame.collect().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| e.context("scoring fuzzy candidate pairs"))?;
     tracing::debug!("fuzzy: scored pairs at {:.2} s", t0.elapsed().as_secs_f64());
     for b in &batches {
         decode_pairs(b, Kind::Fuzzy, is_mention, out)?;
@@ -1096,12 +1122,12 @@ pub async fn resolve_entities(
         mentions.len()
     );
     let partitions = ctx.state().config().target_partitions();
-    let table = datafusion::datasource::MemTable::try_new(
-        mentions_schema(),
-        mentions_batches(mentions, partitions)?,
-    )?;
+    let table = mentions_batches(mentions, partitions)
+        .and_then(|b| datafusion::datasource::MemTable::try_new(mentions_schema(), b))
+        .map_err(|e| e.context("the run's mentions as a table"))?;
     let _ = ctx.deregister_table(MENTIONS_TABLE);
-    ctx.register_table(MENTIONS_TABLE, Arc::new(table))?;
+    ctx.register_table(MENTIONS_TABLE, Arc::new(table))
+        .map_err(|e| e.context("registering the run's mentions"))?;
     let pairs = candidates(ctx, nodes, spec, identity).await?;
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
     let multiword = mentions

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::rows::FailureRow;
+use crate::stage::Stage;
 
 /// Version of the resolution prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "resolve-v1";
@@ -22,7 +23,7 @@ pub const PROMPT_VERSION: &str = "resolve-v1";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JudgeFailure {
     /// `adjudicate`, `contradictions` or `summaries`.
-    pub stage: &'static str,
+    pub stage: Stage,
     /// What was asked about (a name or a fact).
     pub item: String,
     /// Why it is unsettled.
@@ -54,7 +55,7 @@ trait Numbered {
 
 /// One kind of batched question.
 struct Question {
-    stage: &'static str,
+    stage: Stage,
     system: &'static str,
     /// What to do, above the numbered items.
     intro: &'static str,
@@ -90,7 +91,7 @@ async fn ask<T: DeserializeOwned + Numbered>(
             }
             let _ = write!(prompt, "\nReply with JSON: {}", q.reply);
             let req = ChatRequest {
-                stage: q.stage.into(),
+                stage: q.stage,
                 item: labels.get(chunk[0]).cloned(),
                 messages: vec![Message::system(q.system), Message::user(prompt)],
                 max_tokens: 32 + q.tokens_per_item * chunk.len() as u32,
@@ -186,7 +187,7 @@ pub async fn adjudicate(
     cases: &[AdjudicationCase],
 ) -> (HashMap<usize, usize>, Vec<JudgeFailure>) {
     let q = Question {
-        stage: "adjudicate",
+        stage: Stage::Adjudicate,
         system: "You resolve entity mentions for a knowledge graph. Reply with JSON only.",
         intro: "For each mention below, decide whether it names the same real-world entity as one \
                 of its numbered candidates. Answer with that candidate's number, or 0 when none is \
@@ -233,7 +234,7 @@ pub async fn adjudicate(
                 chosen.insert(case, c - 1);
             }
             c => failures.push(JudgeFailure {
-                stage: "adjudicate",
+                stage: Stage::Adjudicate,
                 item: cases[case].name.clone(),
                 reason: format!(
                     "the model chose candidate {c} of {options}; the mention stays separate"
@@ -274,7 +275,7 @@ pub async fn contradictions(
     cases: &[ContradictionCase],
 ) -> (HashMap<usize, Vec<usize>>, Vec<JudgeFailure>) {
     let q = Question {
-        stage: "contradictions",
+        stage: Stage::Contradictions,
         system: "You keep a temporal knowledge graph consistent. Reply with JSON only.",
         intro: "For each new fact below, list the numbers of the existing facts it contradicts: \
                 facts that can no longer both be true (a changed value, role, owner or state). Facts \
@@ -360,7 +361,7 @@ pub async fn summaries(
     cases: &[SummaryCase],
 ) -> (HashMap<usize, String>, Vec<JudgeFailure>) {
     let q = Question {
-        stage: "summaries",
+        stage: Stage::Summaries,
         system: "You summarise entities of a knowledge graph. Reply with JSON only.",
         intro: "Write an up-to-date summary (at most two sentences) of each entity below from its \
                 current summary and its new facts. State only what the facts say.",

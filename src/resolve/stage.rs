@@ -22,16 +22,28 @@ use crate::extract::{FactMention, Mention};
 use crate::llm::LlmClient;
 use crate::ontology::Ontology;
 use crate::rows::{self, DecodeError, EdgeRow, FailureRow, NodeRow};
+use crate::stage::Stage;
 
 /// Errors that stop resolution (unsettled items are `failures` rows).
 #[derive(Debug, thiserror::Error)]
-pub enum StageError {
-    /// A query over the committed graph failed.
-    #[error("resolution: {0}")]
-    DataFusion(#[from] datafusion::error::DataFusionError),
+#[non_exhaustive]
+pub enum ResolveError {
+    /// A DataFusion step of resolution failed.
+    #[error("resolve: {step}: {source}")]
+    DataFusion {
+        /// What resolution was doing.
+        step: &'static str,
+        #[source]
+        source: datafusion::error::DataFusionError,
+    },
     /// Committed rows could not be read.
-    #[error("resolution: {0}")]
+    #[error("resolve: {0}")]
     Decode(#[from] DecodeError),
+}
+
+/// Turns a DataFusion error into resolution's, naming the step.
+fn step(step: &'static str) -> impl FnOnce(datafusion::error::DataFusionError) -> ResolveError {
+    move |source| ResolveError::DataFusion { step, source }
 }
 
 /// What the stage works with.
@@ -104,7 +116,7 @@ pub async fn resolve_run(
     cx: &StageContext<'_>,
     mentions: &[RunMention<'_>],
     facts: &[RunFact<'_>],
-) -> Result<StageOutput, StageError> {
+) -> Result<StageOutput, ResolveError> {
     let mut out = StageOutput::default();
     // Entities: DataFusion candidate joins and the merge rules, then
     // what stays ambiguous adjudicated by the LLM in batches.
@@ -125,7 +137,9 @@ pub async fn resolve_run(
         .map(|t| (t.name.clone(), t.identity_properties.clone()))
         .collect();
     let rs = cx.spec;
-    let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, rs, &identity).await?;
+    let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, rs, &identity)
+        .await
+        .map_err(step("entity resolution"))?;
     out.ambiguous = open.len();
     if !open.is_empty() && rs.adjudicate {
         let cases: Vec<AdjudicationCase> = open
@@ -192,7 +206,7 @@ pub async fn resolve_run(
             // Both ends turned out to be one entity ("Acme Corp supplies
             // ACME corp."): a fact about nothing else is dropped, visibly.
             let failure = JudgeFailure {
-                stage: "resolve_facts",
+                stage: Stage::ResolveFacts,
                 item: f.fact.chars().take(200).collect(),
                 reason: format!(
                     "source and target resolve to the same node `{}`; fact dropped",
@@ -371,21 +385,25 @@ pub async fn resolve_run(
 async fn committed_nodes(
     ctx: &SessionContext,
     short_ids: Vec<i64>,
-) -> Result<HashMap<i64, NodeRow>, StageError> {
+) -> Result<HashMap<i64, NodeRow>, ResolveError> {
     if short_ids.is_empty() {
         return Ok(HashMap::new());
     }
+    let what = "reading the committed nodes the run's mentions resolved to";
     crate::scratch::register_column(
         ctx,
         "run_node_ids",
         "short_id",
         Arc::new(Int64Array::from(short_ids)),
-    )?;
+    )
+    .map_err(step(what))?;
     let batches = ctx
         .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_node_ids i ON n.short_id = i.short_id")
-        .await?
+        .await
+        .map_err(step(what))?
         .collect()
-        .await?;
+        .await
+        .map_err(step(what))?;
     let rows: Vec<NodeRow> = rows::decode("nodes", &batches)?;
     Ok(rows.into_iter().map(|n| (n.short_id, n)).collect())
 }
@@ -453,23 +471,27 @@ fn node_from_mentions(
 async fn committed_edges_of(
     ctx: &SessionContext,
     edges: &[EdgeRow],
-) -> Result<Vec<EdgeRow>, StageError> {
+) -> Result<Vec<EdgeRow>, ResolveError> {
     if edges.is_empty() {
         return Ok(Vec::new());
     }
     let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
     let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
+    let what = "reading the committed edges of the run's fact sources";
     crate::scratch::register_column(
         ctx,
         "run_sources",
         "node_id",
         Arc::new(StringArray::from(sources)),
-    )?;
+    )
+    .map_err(step(what))?;
     let batches = ctx
         .sql("SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id")
-        .await?
+        .await
+        .map_err(step(what))?
         .collect()
-        .await?;
+        .await
+        .map_err(step(what))?;
     Ok(rows::decode("edges", &batches)?)
 }
 
@@ -566,12 +588,12 @@ async fn embed(
         .collect();
     let names: Vec<String> = todo.iter().map(|&i| nodes[i].name.clone()).collect();
     let texts: Vec<String> = new_edges.iter().map(|e| e.fact.clone()).collect();
-    for (stage, inputs) in [("embed_names", names), ("embed_facts", texts)] {
+    for (stage, inputs) in [(Stage::EmbedNames, names), (Stage::EmbedFacts, texts)] {
         if inputs.is_empty() {
             continue;
         }
         match client.embed(stage, &inputs).await {
-            Ok(vectors) if stage == "embed_names" => {
+            Ok(vectors) if stage == Stage::EmbedNames => {
                 for (&i, v) in todo.iter().zip(vectors) {
                     nodes[i].name_embedding = Some(v);
                 }

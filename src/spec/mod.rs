@@ -20,6 +20,7 @@ pub use resolve::ResolveSpec;
 
 /// Errors raised while reading or checking a pipeline spec.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpecError {
     /// The spec file could not be read.
     #[error("cannot read pipeline spec {path}: {source}")]
@@ -129,6 +130,7 @@ pub const RECORD_FIELDS: &[&str] = &[
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum EpisodeKind {
     /// A message in a conversation (mail, chat) with a speaker.
     Message,
@@ -167,6 +169,7 @@ impl std::fmt::Display for EpisodeKind {
 /// Episode file formats understood by the source stage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum SourceFormat {
     /// One JSON object per line.
     #[default]
@@ -268,6 +271,7 @@ pub struct LlmSpec {
 /// Wire conventions of the endpoint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ApiStyle {
     /// OpenAI, vLLM, Ollama, llama.cpp's server and most others.
     #[default]
@@ -279,6 +283,7 @@ pub enum ApiStyle {
 /// How replies are constrained to JSON.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StructuredOutput {
     /// `response_format: {type: json_schema, strict: true}`.
     #[default]

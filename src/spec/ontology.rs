@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// Value kinds a property may declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum PropertyType {
     /// A string.
     Text,

@@ -22,6 +22,7 @@
 //!    that table in between, the commit fails and the run stops with
 //!    [`StoreError::Concurrent`], leaving the graph at the last completed run.
 
+mod changes;
 mod lock;
 pub mod rows;
 mod tables;
@@ -40,6 +41,7 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use url::Url;
 
+pub use changes::{Changes, max_short_id, unseen_episodes};
 pub use lock::{LockInfo, host_name};
 pub use rows::RunRow;
 pub use tables::Table;
@@ -48,6 +50,7 @@ use crate::objstore::{self, LocationError};
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The graph URL is unusable.
     #[error(transparent)]
@@ -76,18 +79,27 @@ pub enum StoreError {
     /// The tables disagree with the `runs` table in a way no crash explains.
     #[error("graph at {url} is inconsistent: {message}")]
     Corrupt { url: String, message: String },
-    /// Rows could not be converted to or from Arrow.
-    #[error("cannot encode rows of `{table}`: {message}")]
+    /// Rows could not be converted to Arrow.
+    #[error("cannot encode rows of `{table}`: {source}")]
     Encode {
         table: &'static str,
-        message: String,
+        #[source]
+        source: arrow::error::ArrowError,
     },
+    /// Committed rows could not be read back into row types.
+    #[error(transparent)]
+    Decode(#[from] crate::rows::DecodeError),
     /// Object store error outside a Delta operation (the lock).
     #[error(transparent)]
     ObjectStore(#[from] object_store::Error),
-    /// Query error while reading a table.
-    #[error(transparent)]
-    DataFusion(#[from] datafusion::error::DataFusionError),
+    /// A DataFusion step of the store failed.
+    #[error("{step}: {source}")]
+    DataFusion {
+        /// What the store was doing.
+        step: &'static str,
+        #[source]
+        source: datafusion::error::DataFusionError,
+    },
     /// The object store turned the graph's location down for a reason the
     /// user fixes in the setup: no such bucket, refused credentials, no
     /// server at the endpoint.
@@ -108,17 +120,9 @@ pub enum StoreError {
     Failpoint(String),
 }
 
-impl StoreError {
-    /// Whether the user fixes this in the command or its settings (exit 2):
-    /// an unusable URL, a location with no graph, a missing bucket or
-    /// refused credentials. An unreachable server is a runtime error.
-    pub fn is_usage(&self) -> bool {
-        match self {
-            StoreError::Location(_) | StoreError::NoGraph { .. } => true,
-            StoreError::Storage { problem, .. } => problem.is_usage(),
-            _ => false,
-        }
-    }
+/// Turns a DataFusion error into the store's, naming the step that failed.
+fn step(step: &'static str) -> impl FnOnce(datafusion::error::DataFusionError) -> StoreError {
+    move |source| StoreError::DataFusion { step, source }
 }
 
 /// Result alias for the store layer.
@@ -179,15 +183,20 @@ impl Snapshot {
                             table: table.name(),
                             source,
                         })?;
-                    delta.table_provider().await?
+                    delta
+                        .table_provider()
+                        .await
+                        .map_err(step("registering a snapshot table"))?
                 }
-                None => Arc::new(datafusion::datasource::MemTable::try_new(
-                    table.schema(),
-                    vec![vec![]],
-                )?),
+                None => Arc::new(
+                    datafusion::datasource::MemTable::try_new(table.schema(), vec![vec![]])
+                        .map_err(step("registering an empty snapshot table"))?,
+                ),
             };
-            ctx.deregister_table(table.name())?;
-            ctx.register_table(table.name(), provider)?;
+            let register = step("registering a snapshot table");
+            ctx.deregister_table(table.name())
+                .and_then(|_| ctx.register_table(table.name(), provider))
+                .map_err(register)?;
         }
         Ok(())
     }
@@ -203,6 +212,7 @@ impl Snapshot {
 
 /// How a staged write changes its table.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WriteMode {
     /// Add rows.
     Append,
@@ -211,8 +221,8 @@ pub enum WriteMode {
     /// Delta MERGE on the key column: rows whose key exists are replaced,
     /// the others inserted.
     Upsert(&'static str),
-    /// Delete the rows matching a SQL predicate (the batches are ignored).
-    Delete(String),
+    /// Delete the rows matching a predicate (the batches are ignored).
+    Delete(datafusion::prelude::Expr),
 }
 
 /// A table rolled back by recovery.
@@ -610,8 +620,14 @@ async fn read_all(table: Table, delta: &DeltaTable) -> Result<Vec<RecordBatch>> 
             table: table.name(),
             source,
         })?;
-    let provider = delta.table_provider().await?;
-    Ok(ctx.read_table(provider)?.collect().await?)
+    let provider = delta
+        .table_provider()
+        .await
+        .map_err(step("reading a whole table"))?;
+    let frame = ctx
+        .read_table(provider)
+        .map_err(step("reading a whole table"))?;
+    frame.collect().await.map_err(step("reading a whole table"))
 }
 
 /// An open write to the graph. Stage writes, then [`Transaction::commit`].
@@ -817,7 +833,9 @@ impl Transaction {
             }
             WriteMode::Upsert(key) => {
                 let ctx = SessionContext::new();
-                let source = ctx.read_batches(batches)?;
+                let source = ctx
+                    .read_batches(batches)
+                    .map_err(step("the rows to merge"))?;
                 let columns: Vec<String> = table
                     .schema()
                     .fields()
@@ -1047,8 +1065,12 @@ impl Transaction {
                     table: table.name(),
                     source,
                 })?;
-            let provider = delta.table_provider().await?;
-            ctx.register_table(table.name(), provider)?;
+            let provider = delta
+                .table_provider()
+                .await
+                .map_err(step("registering a base table"))?;
+            ctx.register_table(table.name(), provider)
+                .map_err(step("registering a base table"))?;
         }
         Ok(ctx)
     }

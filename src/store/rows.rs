@@ -25,15 +25,12 @@ pub fn to_batch<T: Serialize>(table: Table, rows: &[T]) -> Result<RecordBatch> {
 
 /// Decodes batches of `table` back into rows.
 pub fn from_batches<T: DeserializeOwned>(table: Table, batches: &[RecordBatch]) -> Result<Vec<T>> {
-    crate::rows::decode(table.name(), batches).map_err(|e| StoreError::Encode {
-        table: e.table,
-        message: e.message,
-    })
+    Ok(crate::rows::decode(table.name(), batches)?)
 }
 
-fn encode_err(table: Table, e: impl std::fmt::Display) -> StoreError {
+fn encode_err(table: Table, source: arrow::error::ArrowError) -> StoreError {
     StoreError::Encode {
         table: table.name(),
-        message: e.to_string(),
+        source,
     }
 }

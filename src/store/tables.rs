@@ -12,6 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 /// One table of the graph; each is a Delta table in its own directory
 /// under the graph root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Table {
     /// Source episodes, one row per processed episode.
     Episodes,

@@ -36,9 +36,9 @@ async fn the_run_bench_replays_its_archive_from_the_cache_without_a_request_into
         assert!(
             replay
                 .run
-                .stage_seconds
+                .timings
                 .iter()
-                .any(|(s, _)| *s == "resolve"),
+                .any(|(s, _)| s == graphloom::stage::Stage::Resolve),
             "{replay:?}"
         );
     }

@@ -1602,7 +1602,11 @@ fn edited_spec(base: &str, edit: &SpecEdit) -> (Vec<u8>, Option<String>) {
 
 /// Ontology errors list every issue with its path into the spec.
 fn check_ontology_error(e: &OntologyError) -> Result<(), TestCaseError> {
-    let OntologyError::Invalid(issues) = e;
+    let OntologyError::Invalid(issues) = e else {
+        return Err(TestCaseError::fail(format!(
+            "an ontology error other than Invalid: {e}"
+        )));
+    };
     prop_assert!(!issues.is_empty(), "an invalid ontology with no issue");
     for i in issues {
         prop_assert!(i.path.starts_with("ontology."), "issue path {:?}", i.path);
@@ -1639,6 +1643,7 @@ fn check_spec_error(e: &SpecError, text: &str) -> Result<(), TestCaseError> {
             prop_assert!(!key.is_empty() && !message.trim().is_empty(), "{shown}");
             prop_assert!(shown.contains(&format!("`{key}`")), "{shown}");
         }
+        other => prop_assert!(false, "a spec error of no known kind: {other}"),
     }
     Ok(())
 }
@@ -2775,7 +2780,7 @@ fn fuzz_llm_spec(server: &TestServer) -> LlmSpec {
 
 fn entity_request() -> ChatRequest {
     ChatRequest {
-        stage: "extract_entities".into(),
+        stage: graphloom::stage::Stage::ExtractEntities,
         item: Some("episode-1".into()),
         messages: vec![
             Message::system("Extract entities."),
@@ -2944,7 +2949,7 @@ fn fuzz_enormous_entity_replies_keep_the_cap_and_reject_the_rest() {
         prop_assert_eq!(unknown, n / 3);
         prop_assert_eq!(rejected.len() - over - unknown, bad);
         for r in &rejected {
-            prop_assert_eq!(r.stage, "extract_entities");
+            prop_assert_eq!(r.stage, graphloom::stage::Stage::ExtractEntities);
             prop_assert!(!r.reason.trim().is_empty());
         }
         client.take_calls();
@@ -3057,7 +3062,7 @@ fn fuzz_classification_replies_with_any_ids_keep_chains_valid() {
             );
         }
         for r in &rejected {
-            prop_assert_eq!(r.stage, "classify_entities");
+            prop_assert_eq!(r.stage, graphloom::stage::Stage::ClassifyEntities);
             prop_assert!(r.reason.contains("failed"), "{}", r.reason);
         }
         server.take_requests();

@@ -41,7 +41,7 @@ fn spec(server: &TestServer) -> LlmSpec {
 
 fn request(text: &str) -> ChatRequest {
     ChatRequest {
-        stage: "extract_entities".into(),
+        stage: graphloom::stage::Stage::ExtractEntities,
         item: Some("episode-1".into()),
         messages: vec![Message::system("Extract entities."), Message::user(text)],
         max_tokens: 256,
@@ -606,11 +606,17 @@ async fn embeddings_use_the_endpoint_and_the_cache() {
     let texts: Vec<String> = ["Acme Corp", "PO-4471", "Priya Raman"]
         .map(String::from)
         .to_vec();
-    let vectors = client.embed("embed_names", &texts).await.expect("vectors");
+    let vectors = client
+        .embed(graphloom::stage::Stage::EmbedNames, &texts)
+        .await
+        .expect("vectors");
     for (t, v) in texts.iter().zip(&vectors) {
         assert_eq!(v, &embedding_of(t));
     }
-    let again = client.embed("embed_names", &texts).await.expect("vectors");
+    let again = client
+        .embed(graphloom::stage::Stage::EmbedNames, &texts)
+        .await
+        .expect("vectors");
     assert_eq!(again, vectors);
     let embedding_requests = server
         .requests()

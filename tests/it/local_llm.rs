@@ -60,7 +60,7 @@ async fn the_local_model_answers_structured_calls_through_the_client() {
     let text = "Dana Whitcombe of Northwind Outfitters signed purchase order PO-4590 with Acme Corp \
                 for 35 docking stations on 12 May 2025.";
     let request = || ChatRequest {
-        stage: "extract_entities".into(),
+        stage: graphloom::stage::Stage::ExtractEntities,
         item: Some("local-1".into()),
         messages: vec![
             Message::system(

@@ -49,6 +49,7 @@ fn issues(body: &str) -> Vec<OntologyIssue> {
             assert!(!issues.is_empty(), "Invalid must carry at least one issue");
             issues
         }
+        Err(other) => panic!("an ontology error other than Invalid: {other}"),
     }
 }
 

@@ -67,7 +67,7 @@ impl sqllogictest::AsyncDB for GraphDb {
                 .iter()
                 .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| QueryError::Format(e.to_string()))?;
+                .map_err(|e| QueryError::Format(e.into()))?;
             for row in 0..batch.num_rows() {
                 rows.push(
                     formatters

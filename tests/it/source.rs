@@ -767,8 +767,13 @@ async fn no_files_is_empty_but_a_missing_directory_is_an_error() {
         .await
         .expect_err("missing directory");
     assert!(matches!(err, SourceError::Missing { .. }), "{err}");
-    assert!(err.is_usage());
     assert!(err.to_string().contains("does not exist"), "{err}");
+    let as_cli = graphloom::Error::from(graphloom::run::RunError::Source(err));
+    assert_eq!(
+        as_cli.exit_code(),
+        2,
+        "a missing source directory is the user's to fix"
+    );
 
     let bad_option = spec(
         "s3://bucket/prefix/",

@@ -1,0 +1,388 @@
+//! The LLM half of a run: entity extraction, the entity subtype walk, fact
+//! extraction and the edge subtype walk over the episodes a run took on,
+//! and what it leaves for resolution.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+use super::{Progress, Tick};
+use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
+use crate::llm::{LlmClient, LlmError};
+use crate::ontology::Ontology;
+use crate::resolve::stage::{RunFact, RunMention};
+use crate::rows::FailureRow;
+use crate::source::Episode;
+use crate::stage::Stage;
+
+/// The episodes of each document (by group), in archive order, so that an
+/// episode's context is found without scanning the archive before it.
+pub(super) struct Documents<'a> {
+    all: &'a [Episode],
+    positions: HashMap<(&'a str, &'a str), Vec<usize>>,
+}
+
+impl<'a> Documents<'a> {
+    pub(super) fn new(all: &'a [Episode]) -> Self {
+        let mut positions: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for (i, e) in all.iter().enumerate() {
+            if let Some(doc) = &e.document_id {
+                positions
+                    .entry((e.group_id.as_str(), doc.as_str()))
+                    .or_default()
+                    .push(i);
+            }
+        }
+        Documents { all, positions }
+    }
+
+    /// Episode `index` and its context, owned (for a task of its own).
+    fn owned(&self, index: usize, n: usize) -> (Episode, Vec<Episode>) {
+        let context = self.context_for(index, n).into_iter().cloned().collect();
+        (self.all[index].clone(), context)
+    }
+
+    /// Up to `n` earlier episodes of the same document, most recent last.
+    pub(super) fn context_for(&self, index: usize, n: usize) -> Vec<&'a Episode> {
+        let ep = &self.all[index];
+        let Some(doc) = &ep.document_id else {
+            return Vec::new();
+        };
+        let Some(list) = self.positions.get(&(ep.group_id.as_str(), doc.as_str())) else {
+            return Vec::new();
+        };
+        let end = list.partition_point(|&p| p < index);
+        list[end.saturating_sub(n)..end]
+            .iter()
+            .map(|&p| &self.all[p])
+            .collect()
+    }
+}
+
+/// What the extraction tasks of a run share.
+struct Shared {
+    ontology: Ontology,
+    spec: ExtractSpec,
+    prompts: extract::Prompts,
+}
+
+/// The extraction state of a run: mentions and facts by episode, and what
+/// failed. Episodes are indices into the run's loaded episodes.
+pub(super) struct Extraction<'a> {
+    all: &'a [Episode],
+    documents: Documents<'a>,
+    client: Arc<LlmClient>,
+    shared: Arc<Shared>,
+    concurrency: usize,
+    progress: &'a Progress,
+    /// Every extracted mention, episode by episode.
+    mentions: Vec<Mention>,
+    /// An episode's mentions: `mentions[a..b]`.
+    mention_range: HashMap<usize, (usize, usize)>,
+    /// Every extracted fact, in episode order.
+    facts: Vec<FactMention>,
+    /// The episode of each fact.
+    fact_owner: Vec<usize>,
+    /// Episodes whose entity or fact call failed, with the stage.
+    failed: HashMap<usize, (Stage, LlmError)>,
+    /// Items the checks turned down (their episodes still count).
+    rejected: Vec<Rejected>,
+}
+
+impl<'a> Extraction<'a> {
+    pub(super) fn new(
+        all: &'a [Episode],
+        ontology: &Ontology,
+        spec: &ExtractSpec,
+        client: Arc<LlmClient>,
+        concurrency: usize,
+        progress: &'a Progress,
+    ) -> Self {
+        // Each episode's calls run as a task of their own, so that building
+        // prompts, hashing cache keys and parsing replies use every core (a
+        // replay from the cache is nothing but that work).
+        let shared = Arc::new(Shared {
+            ontology: ontology.clone(),
+            spec: spec.clone(),
+            prompts: extract::Prompts::new(ontology, spec),
+        });
+        Extraction {
+            all,
+            documents: Documents::new(all),
+            client,
+            shared,
+            concurrency,
+            progress,
+            mentions: Vec::new(),
+            mention_range: HashMap::new(),
+            facts: Vec::new(),
+            fact_owner: Vec::new(),
+            failed: HashMap::new(),
+            rejected: Vec::new(),
+        }
+    }
+
+    /// Runs `call` for each of `episodes` as tasks, `2 × concurrency` at a
+    /// time, and reports progress as they finish.
+    async fn per_episode<T, Fut>(
+        &self,
+        phase: Stage,
+        episodes: &[usize],
+        call: impl Fn(usize) -> Fut,
+    ) -> HashMap<usize, Result<T, LlmError>>
+    where
+        Fut: Future<Output = Result<T, LlmError>>,
+    {
+        let mut stream = futures::stream::iter(episodes.iter().copied())
+            .map(|i| {
+                let reply = call(i);
+                async move { (i, reply.await) }
+            })
+            .buffer_unordered(self.concurrency * 2);
+        let mut out = HashMap::new();
+        let mut failures = self.failed.len();
+        self.tick(phase, 0, episodes.len(), failures);
+        while let Some((i, r)) = stream.next().await {
+            failures += usize::from(r.is_err());
+            out.insert(i, r);
+            self.tick(phase, out.len(), episodes.len(), failures);
+        }
+        out
+    }
+
+    fn tick(&self, phase: Stage, done: usize, total: usize, failures: usize) {
+        let (calls, tokens) = self.client.progress();
+        self.progress.report(&Tick {
+            phase,
+            done,
+            total,
+            calls,
+            tokens,
+            failures,
+        });
+    }
+
+    /// One entity call per episode in `todo`. An episode whose call fails
+    /// is done for this run.
+    pub(super) async fn entities(&mut self, todo: &[usize]) {
+        let n = self.shared.spec.context_episodes;
+        let mut replies = self
+            .per_episode(Stage::ExtractEntities, todo, |i| {
+                let (client, shared) = (self.client.clone(), self.shared.clone());
+                let (episode, context) = self.documents.owned(i, n);
+                crate::llm::in_task(async move {
+                    let context: Vec<&Episode> = context.iter().collect();
+                    let s = &*shared;
+                    extract::extract_entities(
+                        &client,
+                        &s.ontology,
+                        &s.spec,
+                        &s.prompts,
+                        &episode,
+                        &context,
+                    )
+                    .await
+                })
+            })
+            .await;
+        for &i in todo {
+            match replies.remove(&i) {
+                Some(Ok((found, rejected))) => {
+                    self.rejected.extend(rejected);
+                    let start = self.mentions.len();
+                    self.mentions.extend(found);
+                    self.mention_range.insert(i, (start, self.mentions.len()));
+                }
+                Some(Err(e)) => {
+                    self.failed.insert(i, (Stage::ExtractEntities, e));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The entity subtype walk, batched across episodes.
+    pub(super) async fn classify_entities(&mut self) {
+        let s = &*self.shared;
+        let (walk, rejected) = crate::classify::walk_entities(
+            &self.client,
+            &s.ontology,
+            &s.spec,
+            self.concurrency,
+            &mut self.mentions,
+        )
+        .await;
+        tracing::info!(
+            "entity subtype walk: {} calls, {} entities refined",
+            walk.calls,
+            walk.refined
+        );
+        self.rejected.extend(rejected);
+    }
+
+    /// One fact call per episode with entities.
+    pub(super) async fn facts(&mut self, todo: &[usize]) {
+        let with_entities: Vec<usize> = todo
+            .iter()
+            .copied()
+            .filter(|i| self.mention_range.contains_key(i))
+            .collect();
+        let n = self.shared.spec.context_episodes;
+        let mut replies = self
+            .per_episode(Stage::ExtractFacts, &with_entities, |i| {
+                let (client, shared) = (self.client.clone(), self.shared.clone());
+                let (a, b) = self.mention_range[&i];
+                let own: Vec<Mention> = self.mentions[a..b].to_vec();
+                let (episode, context) = self.documents.owned(i, n);
+                crate::llm::in_task(async move {
+                    let context: Vec<&Episode> = context.iter().collect();
+                    let s = &*shared;
+                    extract::extract_facts(
+                        &client,
+                        &s.ontology,
+                        &s.spec,
+                        &s.prompts,
+                        &episode,
+                        &context,
+                        &own,
+                    )
+                    .await
+                })
+            })
+            .await;
+        // Facts in episode order, not in the order replies arrived: the edge
+        // walk batches them by position, and its requests (hence cache keys)
+        // must be the same on every run over the same episodes.
+        for &i in &with_entities {
+            match replies.remove(&i) {
+                Some(Ok((found, rejected))) => {
+                    self.rejected.extend(rejected);
+                    self.fact_owner.extend(std::iter::repeat_n(i, found.len()));
+                    self.facts.extend(found);
+                }
+                Some(Err(e)) => {
+                    self.failed.insert(i, (Stage::ExtractFacts, e));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The edge subtype walk; a fact's endpoints are typed by its
+    /// episode's mentions.
+    pub(super) async fn classify_facts(&mut self) {
+        let index_of: HashMap<&str, usize> = self
+            .all
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.episode_id.as_str(), i))
+            .collect();
+        let (mentions, mention_range) = (&self.mentions, &self.mention_range);
+        let endpoint_types = |f: &FactMention| -> (String, String) {
+            let Some(&i) = index_of.get(f.episode_id.as_str()) else {
+                return ("Entity".into(), "Entity".into());
+            };
+            let (a, _) = mention_range.get(&i).copied().unwrap_or((0, 0));
+            (
+                mentions[a + f.source].type_name().to_string(),
+                mentions[a + f.target].type_name().to_string(),
+            )
+        };
+        let s = &*self.shared;
+        let (walk, rejected) = crate::classify::walk_facts(
+            &self.client,
+            &s.ontology,
+            &s.spec,
+            self.concurrency,
+            &mut self.facts,
+            &endpoint_types,
+        )
+        .await;
+        tracing::info!(
+            "edge subtype walk: {} calls, {} facts refined",
+            walk.calls,
+            walk.refined
+        );
+        self.rejected.extend(rejected);
+    }
+
+    /// The episodes of `todo` whose calls all succeeded: they are committed.
+    /// An episode with a failed call has its output dropped and is retried
+    /// by the next run.
+    pub(super) fn succeeded(&self, todo: &[usize]) -> Vec<usize> {
+        todo.iter()
+            .copied()
+            .filter(|i| !self.failed.contains_key(i))
+            .collect()
+    }
+
+    /// The mentions and facts of the `succeeded` episodes, for resolution
+    /// (a fact's endpoints become indices into the mentions).
+    pub(super) fn for_resolution(
+        &self,
+        succeeded: &[usize],
+    ) -> (Vec<RunMention<'_>>, Vec<RunFact<'_>>) {
+        let mut mentions: Vec<RunMention> = Vec::new();
+        let mut index_of_mention: HashMap<usize, usize> = HashMap::new();
+        for &i in succeeded {
+            let Some(&(a, b)) = self.mention_range.get(&i) else {
+                continue;
+            };
+            for (k, m) in self.mentions[a..b].iter().enumerate() {
+                index_of_mention.insert(a + k, mentions.len());
+                mentions.push(RunMention {
+                    group_id: &self.all[i].group_id,
+                    mention: m,
+                });
+            }
+        }
+        let mut facts: Vec<RunFact> = Vec::new();
+        for (f, owner) in self.facts.iter().zip(&self.fact_owner) {
+            let Some(&(a, _)) = self.mention_range.get(owner) else {
+                continue;
+            };
+            if let (Some(&source), Some(&target)) = (
+                index_of_mention.get(&(a + f.source)),
+                index_of_mention.get(&(a + f.target)),
+            ) {
+                facts.push(RunFact {
+                    source,
+                    target,
+                    fact: f,
+                });
+            }
+        }
+        (mentions, facts)
+    }
+
+    /// A `failures` row for every failed episode and rejected item.
+    pub(super) fn failures(&self, run_id: &str, now: DateTime<Utc>) -> Vec<FailureRow> {
+        let by_id: HashMap<&str, &Episode> = self
+            .all
+            .iter()
+            .map(|e| (e.episode_id.as_str(), e))
+            .collect();
+        let failed = self.failed.iter().map(|(&i, (stage, e))| {
+            let ep = &self.all[i];
+            FailureRow::new(run_id, *stage, ep.source_uri.clone(), e.to_string(), now)
+                .at(ep.source_uri.clone(), None)
+                .of_episode(ep.episode_id.clone())
+                .excerpt(&ep.content)
+        });
+        let rejected = self.rejected.iter().map(|r| {
+            let ep = by_id.get(r.episode_id.as_str());
+            let item = ep.map_or_else(|| r.episode_id.clone(), |e| e.source_uri.clone());
+            let row = FailureRow::new(run_id, r.stage, item, r.reason.clone(), now)
+                .of_episode(r.episode_id.clone())
+                .excerpt(&r.excerpt);
+            match ep {
+                Some(e) => row.at(e.source_uri.clone(), None),
+                None => row,
+            }
+        });
+        failed.chain(rejected).collect()
+    }
+}

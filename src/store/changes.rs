@@ -1,0 +1,178 @@
+//! What a command adds to the graph, and the one way it becomes table
+//! writes: `run` and `add` both hand their rows to
+//! [`Transaction::stage_changes`], so short ids, label rewrites and the
+//! ontology tables are handled in one place.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::Int64Type;
+use datafusion::functions_aggregate::expr_fn::max;
+use datafusion::logical_expr::{JoinType, lit};
+use datafusion::prelude::{SessionContext, col};
+
+use super::rows::{self, EdgeRow, EpisodeRow, FailureRow, LlmCallRow, NodeRow};
+use super::{Result, Table, Transaction, WriteMode, step};
+use crate::ontology::Ontology;
+
+/// The rows a command adds or replaces. Empty vectors write nothing.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Episodes committed with their entities and facts.
+    pub episodes: Vec<EpisodeRow>,
+    /// New nodes and committed nodes updated in place.
+    pub nodes: Vec<NodeRow>,
+    /// Ids of the committed nodes among `nodes`: they replace their old
+    /// rows (a Delta MERGE) and their labels are rewritten, since their
+    /// type chain may have grown.
+    pub updated_node_ids: Vec<String>,
+    /// New edges and committed edges that changed (invalidated, merged).
+    pub edges: Vec<EdgeRow>,
+    /// Whether `edges` holds committed edges (then they are merged on
+    /// `edge_id` instead of appended).
+    pub edges_changed: bool,
+    /// The command's LLM calls.
+    pub llm_calls: Vec<LlmCallRow>,
+    /// Items that ended in `failures`.
+    pub failures: Vec<FailureRow>,
+}
+
+impl Transaction {
+    /// Stages `changes`, and the ontology's four tables when its hash
+    /// differs from the last completed run's. Returns that hash, for the
+    /// `runs` row.
+    pub fn stage_changes(&mut self, changes: &Changes, ontology: &Ontology) -> Result<String> {
+        let merge_or_append = |merge: bool, key| {
+            if merge {
+                WriteMode::Upsert(key)
+            } else {
+                WriteMode::Append
+            }
+        };
+        let nodes_mode = merge_or_append(!changes.updated_node_ids.is_empty(), "node_id");
+        let edges_mode = merge_or_append(changes.edges_changed, "edge_id");
+        let labels = rows::node_label_rows(&changes.nodes);
+        let writes = [
+            (
+                Table::Episodes,
+                WriteMode::Append,
+                rows::to_batch(Table::Episodes, &changes.episodes)?,
+            ),
+            (
+                Table::Nodes,
+                nodes_mode,
+                rows::to_batch(Table::Nodes, &changes.nodes)?,
+            ),
+            (
+                Table::Edges,
+                edges_mode,
+                rows::to_batch(Table::Edges, &changes.edges)?,
+            ),
+            (
+                Table::LlmCalls,
+                WriteMode::Append,
+                rows::to_batch(Table::LlmCalls, &changes.llm_calls)?,
+            ),
+            (
+                Table::Failures,
+                WriteMode::Append,
+                rows::to_batch(Table::Failures, &changes.failures)?,
+            ),
+        ];
+        for (table, mode, batch) in writes {
+            if batch.num_rows() > 0 {
+                self.stage(table, mode, vec![batch]);
+            }
+        }
+        // Writes to one table commit in the order staged: the delete of
+        // the updated nodes' old labels before their new ones.
+        if !changes.updated_node_ids.is_empty() {
+            let ids = changes.updated_node_ids.iter().map(|id| lit(id.as_str()));
+            self.stage(
+                Table::NodeLabels,
+                WriteMode::Delete(col("node_id").in_list(ids.collect(), false)),
+                Vec::new(),
+            );
+        }
+        if !labels.is_empty() {
+            let batch = rows::to_batch(Table::NodeLabels, &labels)?;
+            self.stage(Table::NodeLabels, WriteMode::Append, vec![batch]);
+        }
+        let hash = ontology.content_hash();
+        let last = self.head.last_completed.as_ref();
+        if last.map(|r| r.ontology_hash.as_str()) != Some(hash.as_str()) {
+            for (table, batch) in super::ontology_batches(ontology, &self.run_id)? {
+                self.stage(table, WriteMode::Overwrite, vec![batch]);
+            }
+        }
+        Ok(hash)
+    }
+}
+
+/// The largest `short_id` among the nodes registered in `ctx` (0 when
+/// there are none): new nodes number on from it.
+pub async fn max_short_id(ctx: &SessionContext) -> Result<i64> {
+    let what = "the largest short id of committed nodes";
+    let batches = ctx
+        .table(Table::Nodes.name())
+        .await
+        .and_then(|t| t.aggregate(vec![], vec![max(col("short_id"))]))
+        .map_err(step(what))?
+        .collect()
+        .await
+        .map_err(step(what))?;
+    let max = batches
+        .first()
+        .filter(|b| b.num_rows() > 0)
+        .and_then(|b| b.column(0).as_primitive_opt::<Int64Type>())
+        .filter(|a| !a.is_null(0))
+        .map_or(0, |a| a.value(0));
+    Ok(max)
+}
+
+/// The ids among `candidates` that are not in the `episodes` table
+/// registered in `ctx`: an anti-join, so that a re-run does no work and a
+/// grown archive only processes what is new.
+pub async fn unseen_episodes(
+    ctx: &SessionContext,
+    candidates: &[String],
+) -> Result<HashSet<String>> {
+    let what = "the anti-join of the source's episodes with committed ones";
+    let ids = Arc::new(StringArray::from(candidates.to_vec()));
+    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("candidate_id", arrow::datatypes::DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(schema, vec![ids]).map_err(|e| step(what)(e.into()))?;
+    let committed = ctx
+        .table(Table::Episodes.name())
+        .await
+        .and_then(|t| t.select_columns(&["episode_id"]))
+        .map_err(step(what))?;
+    let batches = ctx
+        .read_batch(batch)
+        .and_then(|c| {
+            c.join(
+                committed,
+                JoinType::LeftAnti,
+                &["candidate_id"],
+                &["episode_id"],
+                None,
+            )
+        })
+        .map_err(step(what))?
+        .collect()
+        .await
+        .map_err(step(what))?;
+    let mut out = HashSet::new();
+    for b in batches {
+        out.extend(
+            b.column(0)
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .map(str::to_string),
+        );
+    }
+    Ok(out)
+}
