@@ -8,14 +8,18 @@
 //! * [`ontology`]: entity and edge types, hierarchies and their rules;
 //! * [`source`]: discovering and parsing episode files into episodes with
 //!   content-hash ids;
-//! * [`add`]: loading known nodes and facts without an LLM;
-//! * [`resolve`]: matching mentions to nodes (name normalisation so far);
+//! * [`llm`]: the rate-limited, retrying, caching LLM client;
+//! * [`extract`] and [`classify`]: entity and fact extraction, subtype walks;
+//! * [`resolve`]: matching mentions to nodes and facts to edges;
 //! * [`store`]: the graph's Delta tables and the commit protocol;
-//! * [`query`]: a DataFusion session over the graph with label functions;
-//! * [`export`]: the graph's snapshot as plain Parquet for non-Delta readers.
+//! * [`query`]: a DataFusion session over the graph with label functions.
 //!
-//! [`objstore`] is shared plumbing: URLs and object store clients;
-//! [`values`] checks property values and normalises fact times.
+//! [`run`] and [`add`] orchestrate the commands that write a graph;
+//! [`eval`] scores one, [`export`] copies its snapshot as plain Parquet.
+//! Leaves shared by all: [`stage`] (stage names), [`rows`] (table rows),
+//! [`text`] (name normalisation), [`scratch`] (DataFusion scratch tables),
+//! [`objstore`] (URLs and object store clients) and [`values`] (property
+//! values and fact times).
 
 pub mod add;
 #[cfg(feature = "testkit")]

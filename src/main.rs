@@ -374,87 +374,36 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             replay,
             graph,
         } => {
-            let (spec, ontology) = load_spec(&pipeline)?;
-            let store = open_output(&spec, graph.as_deref())?;
+            let cache = if no_cache {
+                graphloom::llm::CacheMode::Off
+            } else if replay {
+                graphloom::llm::CacheMode::Replay
+            } else if refresh_cache {
+                graphloom::llm::CacheMode::Refresh
+            } else {
+                graphloom::llm::CacheMode::ReadWrite
+            };
             let options = graphloom::run::RunOptions {
                 dry_run,
                 limit,
-                cache: if no_cache {
-                    graphloom::llm::CacheMode::Off
-                } else if replay {
-                    graphloom::llm::CacheMode::Replay
-                } else if refresh_cache {
-                    graphloom::llm::CacheMode::Refresh
-                } else {
-                    graphloom::llm::CacheMode::ReadWrite
-                },
+                cache,
                 progress: cli::progress::on_stderr(std::io::IsTerminal::is_terminal(
                     &std::io::stderr(),
                 )),
             };
-            let report = graphloom::run::run(&spec, &ontology, &store, &options).await?;
-            print_run(&spec, &store, &report);
-            Ok(ExitCode::SUCCESS)
+            run_pipeline(&pipeline, graph.as_deref(), &options).await
         }
         Command::Add {
             pipeline,
             file,
             graph,
-        } => {
-            let (spec, ontology) = load_spec(&pipeline)?;
-            let store = open_output(&spec, graph.as_deref())?;
-            let report = add::add_file(
-                &store,
-                &ontology,
-                &spec.output.group_id,
-                &file,
-                &spec.output.storage_options,
-            )
-            .await?;
-            out!(
-                "added {} nodes ({} created for fact endpoints) and {} facts to {} (run {}, {} ms)",
-                report.run.nodes_added,
-                report.implicit_nodes,
-                report.run.edges_added,
-                store.display_url(),
-                report.run.run_id,
-                report.run.duration_ms,
-            );
-            if !report.failures.is_empty() {
-                out!(
-                    "{} line(s) failed and were recorded in `failures`:",
-                    report.failures.len()
-                );
-                for f in &report.failures {
-                    out!("  {}: {}", f.item, f.reason);
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => add_lines(&pipeline, &file, graph.as_deref()).await,
         Command::Sql {
             target,
             query,
             file,
             format,
-        } => {
-            let sql = match (query, file) {
-                (Some(q), _) => q,
-                (None, Some(path)) => std::fs::read_to_string(&path).map_err(|source| {
-                    graphloom::query::QueryError::File {
-                        path: path.display().to_string(),
-                        source,
-                    }
-                })?,
-                (None, None) => unreachable!("clap requires a query or --file"),
-            };
-            let store = GraphStore::try_from(&target)?;
-            let session = GraphSession::open(&store).await?;
-            let results = session.run(&sql).await?;
-            for result in &results {
-                out_raw!("{}", render(result, format)?);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => sql(&target, query, file, format).await,
         Command::Eval { target, gold } => {
             let store = GraphStore::try_from(&target)?;
             let gold = graphloom::eval::Gold::from_path(&gold)?;
@@ -469,32 +418,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         #[cfg(feature = "testkit")]
         Command::Bench(command) => bench(command).await,
-        Command::Export(ExportCommand::Parquet { target, to }) => {
-            let store = GraphStore::try_from(&target)?;
-            let options = match &target.pipeline {
-                Some(path) if target.graph.is_none() => {
-                    PipelineSpec::from_path(path)?.output.storage_options
-                }
-                _ => Default::default(),
-            };
-            let report = graphloom::export::export_parquet(&store, &to, &options).await?;
-            out!(
-                "exported {} tables of {} (run {}) to {}",
-                report.tables.len(),
-                report.graph,
-                report.run_id.as_deref().unwrap_or("none"),
-                report.to
-            );
-            for (name, t) in &report.tables {
-                out!(
-                    "  {:<22} {:>10} rows  (version {})",
-                    name,
-                    t.rows,
-                    t.version.map_or("-".to_string(), |v| v.to_string())
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Export(ExportCommand::Parquet { target, to }) => export(&target, &to).await,
         Command::Recover { target } => {
             let store = GraphStore::try_from(&target)?;
             // Recovery writes (it takes the lock and may create tables), so
@@ -515,6 +439,106 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `graphloom run`.
+async fn run_pipeline(
+    pipeline: &Path,
+    graph: Option<&str>,
+    options: &graphloom::run::RunOptions,
+) -> Result<ExitCode, Error> {
+    let (spec, ontology) = load_spec(pipeline)?;
+    let store = open_output(&spec, graph)?;
+    let report = graphloom::run::run(&spec, &ontology, &store, options).await?;
+    print_run(&spec, &store, &report);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `graphloom add`.
+async fn add_lines(pipeline: &Path, file: &str, graph: Option<&str>) -> Result<ExitCode, Error> {
+    let (spec, ontology) = load_spec(pipeline)?;
+    let store = open_output(&spec, graph)?;
+    let report = add::add_file(
+        &store,
+        &ontology,
+        &spec.output.group_id,
+        file,
+        &spec.output.storage_options,
+    )
+    .await?;
+    out!(
+        "added {} nodes ({} created for fact endpoints) and {} facts to {} (run {}, {} ms)",
+        report.run.nodes_added,
+        report.implicit_nodes,
+        report.run.edges_added,
+        store.display_url(),
+        report.run.run_id,
+        report.run.duration_ms,
+    );
+    if !report.failures.is_empty() {
+        out!(
+            "{} line(s) failed and were recorded in `failures`:",
+            report.failures.len()
+        );
+        for f in &report.failures {
+            out!("  {}: {}", f.item, f.reason);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `graphloom sql`.
+async fn sql(
+    target: &GraphTarget,
+    query: Option<String>,
+    file: Option<PathBuf>,
+    format: OutputFormat,
+) -> Result<ExitCode, Error> {
+    let sql = match (query, file) {
+        (Some(q), _) => q,
+        (None, Some(path)) => {
+            std::fs::read_to_string(&path).map_err(|source| graphloom::query::QueryError::File {
+                path: path.display().to_string(),
+                source,
+            })?
+        }
+        (None, None) => unreachable!("clap requires a query or --file"),
+    };
+    let store = GraphStore::try_from(target)?;
+    let session = GraphSession::open(&store).await?;
+    let results = session.run(&sql).await?;
+    for result in &results {
+        out_raw!("{}", render(result, format)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `graphloom export parquet`.
+async fn export(target: &GraphTarget, to: &str) -> Result<ExitCode, Error> {
+    let store = GraphStore::try_from(target)?;
+    let options = match &target.pipeline {
+        Some(path) if target.graph.is_none() => {
+            PipelineSpec::from_path(path)?.output.storage_options
+        }
+        _ => Default::default(),
+    };
+    let report = graphloom::export::export_parquet(&store, to, &options).await?;
+    out!(
+        "exported {} tables of {} (run {}) to {}",
+        report.tables.len(),
+        report.graph,
+        report.run_id.as_deref().unwrap_or("none"),
+        report.to
+    );
+    for (name, t) in &report.tables {
+        out!(
+            "  {:<22} {:>10} rows  (version {})",
+            name,
+            t.rows,
+            t.version.map_or("-".to_string(), |v| v.to_string())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunReport) {

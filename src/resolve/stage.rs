@@ -14,7 +14,7 @@ use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{MentionKey, resolve_entities};
+use super::entities::{MentionKey, Resolved, resolve_entities};
 use super::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
 use super::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
 use super::{ResolveSpec, normalize_name};
@@ -118,8 +118,59 @@ pub async fn resolve_run(
     facts: &[RunFact<'_>],
 ) -> Result<StageOutput, ResolveError> {
     let mut out = StageOutput::default();
-    // Entities: DataFusion candidate joins and the merge rules, then
-    // what stays ambiguous adjudicated by the LLM in batches.
+    let resolved = cluster_mentions(cx, mentions, &mut out).await?;
+    let committed = committed_nodes(
+        cx.ctx,
+        resolved.committed.iter().flatten().copied().collect(),
+    )
+    .await?;
+    let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
+    let mut edges = draft_edges(cx, facts, &resolved, &drafts, &mut out);
+    let (committed_edges, changed) = resolve_edges(cx, &mut edges, &mut out).await?;
+    // Degrees count the edges that stay.
+    let mut degree: HashMap<String, i64> = HashMap::new();
+    for e in &edges {
+        *degree.entry(e.source_node_id.clone()).or_default() += 1;
+        *degree.entry(e.target_node_id.clone()).or_default() += 1;
+    }
+    for (row, _) in drafts.iter_mut() {
+        row.rank += degree.remove(&row.node_id).unwrap_or(0);
+    }
+    let (mut nodes, updated_node_ids) = finish_nodes(cx, drafts, &resolved, &committed);
+    let edges_added = edges.len();
+    // Optional stages: summaries of the nodes this run's facts touch, and
+    // embeddings of new names and facts.
+    let rs = cx.spec;
+    if rs.summaries {
+        let fails = summarize(cx.client, rs, cx.concurrency, &mut nodes, &edges).await;
+        out.failures
+            .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
+    }
+    if rs.embeddings {
+        let fails = embed(cx.client, &mut nodes, &mut edges, cx.run_id, cx.now).await;
+        out.failures.extend(fails);
+    }
+    out.changed_edges = changed.len();
+    edges.extend(
+        committed_edges
+            .into_iter()
+            .filter(|e| changed.contains(&e.edge_id)),
+    );
+    out.nodes_added = nodes.len() - updated_node_ids.len();
+    out.updated_node_ids = updated_node_ids;
+    out.nodes = nodes;
+    out.edges_added = edges_added;
+    out.edges = edges;
+    Ok(out)
+}
+
+/// Entities: DataFusion candidate joins and the merge rules, then what
+/// stays ambiguous adjudicated by the LLM in batches. Returns the clusters.
+async fn cluster_mentions(
+    cx: &StageContext<'_>,
+    mentions: &[RunMention<'_>],
+    out: &mut StageOutput,
+) -> Result<Resolved, ResolveError> {
     let keys: Vec<MentionKey> = mentions
         .iter()
         .map(|m| MentionKey {
@@ -175,19 +226,24 @@ pub async fn resolve_run(
         out.failures
             .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
-    let resolved = clusters.finish();
-    let committed = committed_nodes(
-        cx.ctx,
-        resolved.committed.iter().flatten().copied().collect(),
-    )
-    .await?;
+    Ok(clusters.finish())
+}
+
+/// One draft node per cluster (with its chain), built from its mentions;
+/// a cluster that resolved to a committed node keeps that node's id.
+fn draft_nodes(
+    cx: &StageContext<'_>,
+    mentions: &[RunMention<'_>],
+    resolved: &Resolved,
+    committed: &HashMap<i64, NodeRow>,
+) -> Vec<(NodeRow, Vec<String>)> {
     let mut members: Vec<Vec<&Mention>> = vec![Vec::new(); resolved.committed.len()];
     let mut group_of: Vec<&str> = vec![""; resolved.committed.len()];
     for (k, &c) in resolved.cluster_of.iter().enumerate() {
         members[c].push(mentions[k].mention);
         group_of[c] = mentions[k].group_id;
     }
-    let mut drafts: Vec<(NodeRow, Vec<String>)> = members
+    members
         .iter()
         .enumerate()
         .map(|(c, list)| {
@@ -197,7 +253,18 @@ pub async fn resolve_run(
             }
             (row, chain)
         })
-        .collect();
+        .collect()
+}
+
+/// One edge per fact between the draft nodes of its endpoints. A fact
+/// whose two ends resolved to one node is dropped with a `failures` row.
+fn draft_edges(
+    cx: &StageContext<'_>,
+    facts: &[RunFact<'_>],
+    resolved: &Resolved,
+    drafts: &[(NodeRow, Vec<String>)],
+    out: &mut StageOutput,
+) -> Vec<EdgeRow> {
     let mut edges: Vec<EdgeRow> = Vec::new();
     for f in facts {
         let (s, t) = (resolved.cluster_of[f.source], resolved.cluster_of[f.target]);
@@ -217,7 +284,7 @@ pub async fn resolve_run(
             continue;
         }
         // Duplicates, also across episodes of this run, are folded by
-        // fact resolution below.
+        // fact resolution.
         edges.push(EdgeRow {
             edge_id: uuid::Uuid::now_v7().to_string(),
             group_id: drafts[s].0.group_id.clone(),
@@ -236,11 +303,21 @@ pub async fn resolve_run(
             run_id: cx.run_id.to_string(),
         });
     }
-    // Fact resolution: duplicates fold into one edge, and within functional
-    // families facts take effect in valid time order, against this run's
-    // edges and the committed edges (with their history) of the same
-    // source nodes.
-    let mut committed_edges = committed_edges_of(cx.ctx, &edges).await?;
+    edges
+}
+
+/// Fact resolution: duplicates fold into one edge, and within functional
+/// families facts take effect in valid time order, against this run's
+/// edges and the committed edges (with their history) of the same source
+/// nodes; other contradictions are for the LLM to judge, in batches.
+/// Returns the committed edges read and the ids of those that changed.
+async fn resolve_edges(
+    cx: &StageContext<'_>,
+    edges: &mut Vec<EdgeRow>,
+    out: &mut StageOutput,
+) -> Result<(Vec<EdgeRow>, BTreeSet<String>), ResolveError> {
+    let rs = cx.spec;
+    let mut committed_edges = committed_edges_of(cx.ctx, edges).await?;
     let family = |r: &str| -> String {
         cx.ontology
             .edge_tree
@@ -250,66 +327,67 @@ pub async fn resolve_run(
     };
     let functional = &rs.functional_edge_types;
     let mut facts = crate::resolve::resolve_facts(
-        &mut edges,
+        edges,
         &mut committed_edges,
         functional,
         &family,
         rs.duplicate_fact_similarity,
         cx.now,
     );
-    // Other contradictions are for the LLM to judge, in batches.
-    if rs.judge_contradictions {
-        let open = contradiction_candidates(
-            &edges,
+    let open = if rs.judge_contradictions {
+        contradiction_candidates(
+            edges,
             &committed_edges,
             functional,
             &family,
             rs.max_candidates,
-        );
-        if !open.is_empty() {
-            let text = |r: &EdgeRef| match *r {
-                EdgeRef::Committed(j) => committed_edges[j].fact.clone(),
-                EdgeRef::New(j) => edges[j].fact.clone(),
-            };
-            let cases: Vec<ContradictionCase> = open
-                .iter()
-                .map(|(i, others)| ContradictionCase {
-                    fact: edges[*i].fact.clone(),
-                    existing: others.iter().map(text).collect(),
-                })
-                .collect();
-            let (verdicts, fails) = crate::resolve::judge::contradictions(
-                cx.client,
-                rs.contradiction_batch_size,
-                cx.concurrency,
-                &cases,
-            )
-            .await;
-            let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
-            for (case, picked) in verdicts {
-                let (i, others) = &open[case];
-                pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
-            }
-            pairs.sort();
-            apply_contradictions(&mut edges, &mut committed_edges, &pairs, cx.now, &mut facts);
-            out.failures
-                .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
+        )
+    } else {
+        Vec::new()
+    };
+    if !open.is_empty() {
+        let text = |r: &EdgeRef| match *r {
+            EdgeRef::Committed(j) => committed_edges[j].fact.clone(),
+            EdgeRef::New(j) => edges[j].fact.clone(),
+        };
+        let cases: Vec<ContradictionCase> = open
+            .iter()
+            .map(|(i, others)| ContradictionCase {
+                fact: edges[*i].fact.clone(),
+                existing: others.iter().map(text).collect(),
+            })
+            .collect();
+        let (verdicts, fails) = crate::resolve::judge::contradictions(
+            cx.client,
+            rs.contradiction_batch_size,
+            cx.concurrency,
+            &cases,
+        )
+        .await;
+        let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
+        for (case, picked) in verdicts {
+            let (i, others) = &open[case];
+            pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
         }
+        pairs.sort();
+        apply_contradictions(edges, &mut committed_edges, &pairs, cx.now, &mut facts);
+        out.failures
+            .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
     out.duplicates = facts.duplicates;
     out.invalidated = facts.invalidated;
-    // Degrees count the edges that stay.
-    let mut degree: HashMap<String, i64> = HashMap::new();
-    for e in &edges {
-        *degree.entry(e.source_node_id.clone()).or_default() += 1;
-        *degree.entry(e.target_node_id.clone()).or_default() += 1;
-    }
-    for (row, _) in drafts.iter_mut() {
-        row.rank += degree.remove(&row.node_id).unwrap_or(0);
-    }
-    let edges_added = edges.len();
-    let changed_edges = facts.changed_committed.len();
+    Ok((committed_edges, facts.changed_committed))
+}
 
+/// The node rows: a draft of a new cluster gets the next short id; a
+/// draft of a committed node is merged into it. Returns new nodes, then
+/// updated ones, and the updated nodes' ids.
+fn finish_nodes(
+    cx: &StageContext<'_>,
+    drafts: Vec<(NodeRow, Vec<String>)>,
+    resolved: &Resolved,
+    committed: &HashMap<i64, NodeRow>,
+) -> (Vec<NodeRow>, Vec<String>) {
     let mut nodes: Vec<NodeRow> = Vec::with_capacity(drafts.len());
     let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
     let mut next_short_id = cx.base_short_id;
@@ -339,46 +417,9 @@ pub async fn resolve_run(
             }
         }
     }
-    let nodes_added = nodes.len();
     let updated_ids: Vec<String> = updated.keys().cloned().collect();
     nodes.extend(updated.into_values());
-    // Optional stages: summaries of the nodes this run's facts touch, and
-    // embeddings of new names and facts.
-    if rs.summaries {
-        let fails = summarize(
-            cx.client,
-            rs,
-            cx.concurrency,
-            &mut nodes,
-            &edges[..edges_added],
-        )
-        .await;
-        out.failures
-            .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
-    }
-    if rs.embeddings {
-        let fails = embed(
-            cx.client,
-            &mut nodes,
-            &mut edges[..edges_added],
-            cx.run_id,
-            cx.now,
-        )
-        .await;
-        out.failures.extend(fails);
-    }
-    edges.extend(
-        committed_edges
-            .into_iter()
-            .filter(|e| facts.changed_committed.contains(&e.edge_id)),
-    );
-    out.nodes_added = nodes_added;
-    out.updated_node_ids = updated_ids;
-    out.nodes = nodes;
-    out.edges_added = edges_added;
-    out.changed_edges = changed_edges;
-    out.edges = edges;
-    Ok(out)
+    (nodes, updated_ids)
 }
 
 /// The committed nodes with these short ids (a semi-join).

@@ -370,20 +370,38 @@ impl PipelineSpec {
     }
 
     fn check_values(&self, path: &Path) -> Result<()> {
-        let bad = |key: &str, message: &str| SpecError::Value {
-            path: path.to_path_buf(),
-            key: key.to_string(),
-            message: message.to_string(),
-        };
+        let problem = self
+            .output_problem()
+            .or_else(|| self.llm_problem())
+            .or_else(|| self.resolve_problem())
+            .or_else(|| self.extract_problem())
+            .or_else(|| self.source.as_ref().and_then(source_problem));
+        match problem {
+            Some((key, message)) => Err(SpecError::Value {
+                path: path.to_path_buf(),
+                key,
+                message,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The first bad value of `[output]`, as (key, message).
+    fn output_problem(&self) -> Option<(String, String)> {
         if self.output.graph.trim().is_empty() {
-            return Err(bad("output.graph", "must not be empty"));
+            return bad("output.graph", "must not be empty");
         }
         if self.output.group_id.trim().is_empty() {
-            return Err(bad("output.group_id", "must not be empty"));
+            return bad("output.group_id", "must not be empty");
         }
         if self.output.lock_stale_after_secs == 0 {
-            return Err(bad("output.lock_stale_after_secs", "must be at least 1"));
+            return bad("output.lock_stale_after_secs", "must be at least 1");
         }
+        None
+    }
+
+    /// The first bad value of `[llm]`.
+    fn llm_problem(&self) -> Option<(String, String)> {
         let llm = &self.llm;
         for (key, value) in [
             ("llm.requests_per_minute", llm.requests_per_minute),
@@ -398,56 +416,53 @@ impl PipelineSpec {
             ("llm.token_burst", llm.token_burst.unwrap_or(1)),
         ] {
             if value == 0 {
-                return Err(bad(key, "must be at least 1"));
+                return bad(key, "must be at least 1");
             }
         }
         if llm.api_key_env.trim().is_empty() {
-            return Err(bad(
+            return bad(
                 "llm.api_key_env",
                 "must name an environment variable (e.g. OPENAI_API_KEY)",
-            ));
+            );
         }
         // The value is never echoed: if it is a key, it must not reach a log.
         if looks_like_secret(&llm.api_key_env) {
-            return Err(bad(
+            return bad(
                 "llm.api_key_env",
                 "looks like an API key; put the key in an environment variable and name the variable here",
-            ));
+            );
         }
         if !is_env_var_name(&llm.api_key_env) {
-            return Err(bad(
+            return bad(
                 "llm.api_key_env",
                 "must be an environment variable name (letters, digits and `_`, not starting with a digit)",
-            ));
+            );
         }
         if llm.request_burst.unwrap_or(0) > llm.requests_per_minute {
-            return Err(bad(
+            return bad(
                 "llm.request_burst",
                 "must not exceed llm.requests_per_minute",
-            ));
+            );
         }
         if llm.token_burst.unwrap_or(0) > llm.tokens_per_minute {
-            return Err(bad(
-                "llm.token_burst",
-                "must not exceed llm.tokens_per_minute",
-            ));
+            return bad("llm.token_burst", "must not exceed llm.tokens_per_minute");
         }
         if llm.api_style == ApiStyle::Azure
             && llm.azure_api_version.as_deref().is_none_or(str::is_empty)
         {
-            return Err(bad(
+            return bad(
                 "llm.azure_api_version",
                 "is required when llm.api_style = \"azure\" (e.g. \"2024-10-21\")",
-            ));
+            );
         }
         if !(0.0..=2.0).contains(&llm.temperature) {
-            return Err(bad("llm.temperature", "must be between 0 and 2"));
+            return bad("llm.temperature", "must be between 0 and 2");
         }
         if llm.backoff_initial_ms > llm.backoff_max_ms {
-            return Err(bad(
+            return bad(
                 "llm.backoff_initial_ms",
                 "must not exceed llm.backoff_max_ms",
-            ));
+            );
         }
         for (key, price) in [
             (
@@ -460,23 +475,30 @@ impl PipelineSpec {
             ),
         ] {
             if price.is_some_and(|p| !p.is_finite() || p < 0.0) {
-                return Err(bad(key, "must be a non-negative number"));
+                return bad(key, "must be a non-negative number");
             }
         }
         if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
-            return Err(bad("llm.base_url", "must be an http:// or https:// URL"));
+            return bad("llm.base_url", "must be an http:// or https:// URL");
         }
+        None
+    }
+
+    /// The first bad value of `[resolve]`.
+    fn resolve_problem(&self) -> Option<(String, String)> {
         for (i, t) in self.resolve.functional_edge_types.iter().enumerate() {
             if !self.ontology.edge_types.iter().any(|e| &e.name == t) {
-                return Err(bad(
+                return bad(
                     &format!("resolve.functional_edge_types[{i}]"),
                     &format!("`{t}` is not a declared edge type"),
-                ));
+                );
             }
         }
-        if let Some((key, msg)) = self.resolve.problems().into_iter().next() {
-            return Err(bad(&key, &msg));
-        }
+        self.resolve.problems().into_iter().next()
+    }
+
+    /// The first bad value of `[extract]`.
+    fn extract_problem(&self) -> Option<(String, String)> {
         let x = &self.extract;
         for (key, value, min) in [
             (
@@ -494,57 +516,62 @@ impl PipelineSpec {
             ),
         ] {
             if value < min {
-                return Err(bad(key, &format!("must be at least {min}")));
+                return bad(key, &format!("must be at least {min}"));
             }
         }
-        if let Some(source) = &self.source {
-            if source.url.trim().is_empty() {
-                return Err(bad("source.url", "must not be empty"));
-            }
-            if !source.columns.is_empty() && source.format != SourceFormat::Parquet {
-                return Err(bad(
-                    "source.columns",
-                    "is only used with source.format = \"parquet\"",
-                ));
-            }
-            for (field, column) in &source.columns {
-                if !RECORD_FIELDS.contains(&field.as_str()) {
-                    return Err(bad(
-                        &format!("source.columns.{field}"),
-                        &format!(
-                            "is not a record field (fields: {})",
-                            RECORD_FIELDS.join(", ")
-                        ),
-                    ));
-                }
-                if column.trim().is_empty() {
-                    return Err(bad(
-                        &format!("source.columns.{field}"),
-                        "must name a column",
-                    ));
-                }
-            }
-            if !(1..=1_000_000).contains(&source.chunk_tokens) {
-                return Err(bad("source.chunk_tokens", "must be between 1 and 1000000"));
-            }
-            if source.chunk_overlap_tokens >= source.chunk_tokens {
-                return Err(bad(
-                    "source.chunk_overlap_tokens",
-                    &format!(
-                        "must be less than source.chunk_tokens ({})",
-                        source.chunk_tokens
-                    ),
-                ));
-            }
-            if !(1..=1 << 30).contains(&source.max_record_bytes) {
-                return Err(bad(
-                    "source.max_record_bytes",
-                    "must be between 1 and 1073741824 (1 GiB)",
-                ));
-            }
-        }
-        Ok(())
+        None
     }
+}
+
+/// The first bad value of `[source]`.
+fn source_problem(source: &SourceSpec) -> Option<(String, String)> {
+    if source.url.trim().is_empty() {
+        return bad("source.url", "must not be empty");
+    }
+    if !source.columns.is_empty() && source.format != SourceFormat::Parquet {
+        return bad(
+            "source.columns",
+            "is only used with source.format = \"parquet\"",
+        );
+    }
+    for (field, column) in &source.columns {
+        if !RECORD_FIELDS.contains(&field.as_str()) {
+            return bad(
+                &format!("source.columns.{field}"),
+                &format!(
+                    "is not a record field (fields: {})",
+                    RECORD_FIELDS.join(", ")
+                ),
+            );
+        }
+        if column.trim().is_empty() {
+            return bad(&format!("source.columns.{field}"), "must name a column");
+        }
+    }
+    if !(1..=1_000_000).contains(&source.chunk_tokens) {
+        return bad("source.chunk_tokens", "must be between 1 and 1000000");
+    }
+    if source.chunk_overlap_tokens >= source.chunk_tokens {
+        return bad(
+            "source.chunk_overlap_tokens",
+            &format!(
+                "must be less than source.chunk_tokens ({})",
+                source.chunk_tokens
+            ),
+        );
+    }
+    if !(1..=1 << 30).contains(&source.max_record_bytes) {
+        return bad(
+            "source.max_record_bytes",
+            "must be between 1 and 1073741824 (1 GiB)",
+        );
+    }
+    None
+}
+
+/// A (key, message) problem.
+fn bad(key: &str, message: &str) -> Option<(String, String)> {
+    Some((key.to_string(), message.to_string()))
 }
 
 /// Location and message of a TOML error without the source line that the
