@@ -186,6 +186,9 @@ pub struct ChatReply<T> {
     pub cache_hit: bool,
     /// HTTP attempts made (0 for a cache hit).
     pub attempts: u32,
+    /// What was dropped from the reply for breaking a bound of its schema
+    /// (an array element, the items past `maxItems`), one note each.
+    pub dropped: Vec<String>,
 }
 
 /// Totals over the calls of a run.
@@ -314,6 +317,27 @@ struct Exchange {
 /// (u64::MAX tokens) and overflow the run's token totals.
 fn reported_tokens(value: &Value, bound: u64) -> Option<u64> {
     value.as_u64().map(|n| n.min(bound))
+}
+
+/// What a chat call spent, for its accounting row.
+struct Outcome {
+    usage: Usage,
+    attempts: u32,
+    http_time: Duration,
+    wait_time: Duration,
+}
+
+/// What one attempt of an exchange came to.
+enum Attempt {
+    /// A reply, with the token bound it was settled against.
+    Done(Value, u64),
+    /// The server refused the structured-output format: rebuild the body
+    /// one level down (not counted as an attempt).
+    Downgrade(LlmError),
+    /// A refusal no retry fixes.
+    Fatal(LlmError),
+    /// A transient failure: why, and how long the server asked to wait.
+    Retry(String, Option<Duration>),
 }
 
 /// Why an exchange failed, with the counts spent on it.
@@ -483,177 +507,101 @@ impl LlmClient {
         let mut http_time = Duration::ZERO;
         let mut wait_time = Duration::ZERO;
         let mut last = String::new();
-        let fail = |error, attempts, http_time, wait_time| ExchangeError {
-            error,
-            attempts,
-            http_time,
-            wait_time,
-        };
         let url = self.url(endpoint);
         let body_bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
         while attempts < self.settings.retry.max_attempts {
             attempts += 1;
             let waited = Instant::now();
-            let permit = self.in_flight.acquire().await.map_err(|_| {
-                fail(
-                    LlmError::Setup("client closed".into()),
-                    attempts,
-                    http_time,
-                    wait_time,
-                )
-            })?;
-            let reservation = match self.limiter.acquire(est_tokens).await {
-                Ok(r) => r,
-                Err(e) => return Err(fail(e.into(), attempts, http_time, wait_time)),
+            let admitted = match self.in_flight.acquire().await {
+                Ok(permit) => self
+                    .limiter
+                    .acquire(est_tokens)
+                    .await
+                    .map(|r| (permit, r))
+                    .map_err(LlmError::from),
+                Err(_) => Err(LlmError::Setup("client closed".into())),
+            };
+            let (permit, reservation) = match admitted {
+                Ok(a) => a,
+                Err(error) => {
+                    return Err(ExchangeError {
+                        error,
+                        attempts,
+                        http_time,
+                        wait_time,
+                    });
+                }
             };
             wait_time += waited.elapsed();
             let started = Instant::now();
-            let sent = self
-                .http
-                .post(&url)
-                .timeout(self.settings.timeout)
-                .json(body)
-                .send()
-                .await;
-            let outcome = match sent {
-                Ok(resp) => {
-                    let status = resp.status().as_u16();
-                    let header = |name: &str| {
-                        resp.headers()
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string)
-                    };
-                    let retry_after = parse_retry_after(
-                        header("retry-after").as_deref(),
-                        header("retry-after-ms").as_deref(),
-                    );
-                    match resp.bytes().await {
-                        Ok(bytes) => Ok((status, bytes, retry_after)),
-                        Err(e) => Err(format!("reading the reply failed: {}", e.without_url())),
-                    }
-                }
-                Err(e) if e.is_timeout() => Err(format!(
-                    "no reply within {}s",
-                    self.settings.timeout.as_secs()
-                )),
-                Err(e) => Err(format!("request failed: {}", error_chain(&e.without_url()))),
-            };
+            let outcome = self.send_once(&url, body).await;
             http_time += started.elapsed();
             drop(permit);
-            let retry_after = match outcome {
-                Ok((200, bytes, _)) => {
-                    let parsed: Result<Value, _> = if bytes.len() > 256 * 1024 {
-                        // Large replies are parsed off the I/O threads.
-                        tokio::task::spawn_blocking(move || serde_json::from_slice(&bytes))
-                            .await
-                            .unwrap_or_else(|e| Err(serde::de::Error::custom(e.to_string())))
-                    } else {
-                        serde_json::from_slice(&bytes)
-                    };
-                    match parsed {
-                        Ok(value) => {
-                            let bound = reservation.tokens.saturating_add(body_bytes);
-                            let usage = &value["usage"];
-                            let used = reported_tokens(&usage["total_tokens"], bound)
-                                .or_else(|| {
-                                    let p = reported_tokens(&usage["prompt_tokens"], bound)?;
-                                    let c = reported_tokens(&usage["completion_tokens"], bound);
-                                    Some(p.saturating_add(c.unwrap_or(0)).min(bound))
-                                })
-                                .unwrap_or(reservation.tokens);
-                            self.limiter.settle(&reservation, used);
-                            return Ok(Exchange {
-                                body: value,
-                                attempts,
-                                http_time,
-                                wait_time,
-                                token_bound: bound,
-                            });
-                        }
-                        Err(e) => {
-                            // The server did the work; charge the whole reservation.
-                            last = format!("the reply body is not JSON: {e}");
-                            None
-                        }
-                    }
+            let retry_after = match self
+                .judge(stage, outcome, &reservation, body_bytes, level)
+                .await
+            {
+                Attempt::Done(body, token_bound) => {
+                    return Ok(Exchange {
+                        body,
+                        attempts,
+                        http_time,
+                        wait_time,
+                        token_bound,
+                    });
                 }
-                Ok((status, bytes, retry_after)) => {
-                    self.limiter.settle(&reservation, 0);
-                    let text = self.redact(&String::from_utf8_lossy(&bytes));
-                    let message = error_message(&text);
-                    if status == 400 && level.is_some_and(|l| self.downgrade_for(&text, l)) {
-                        // Not a transient failure: the next attempt uses a
-                        // format the server accepts, at once.
-                        attempts -= 1;
-                        return Err(fail(
-                            LlmError::Refused {
-                                stage,
-                                status: 400,
-                                message: format!(
-                                    "{message} (retrying with a simpler structured-output mode)"
-                                ),
-                            },
-                            attempts,
-                            http_time,
-                            wait_time,
-                        ));
-                    }
-                    match classify(status, &text, retry_after) {
-                        Verdict::Fatal => {
-                            return Err(fail(
-                                LlmError::Refused {
-                                    stage,
-                                    status,
-                                    message,
-                                },
-                                attempts,
-                                http_time,
-                                wait_time,
-                            ));
-                        }
-                        Verdict::Retry { retry_after } => {
-                            last = format!("HTTP {status}: {message}");
-                            retry_after
-                        }
-                    }
+                Attempt::Downgrade(error) => {
+                    // Not a transient failure: the next attempt uses a
+                    // format the server accepts, at once.
+                    return Err(ExchangeError {
+                        error,
+                        attempts: attempts - 1,
+                        http_time,
+                        wait_time,
+                    });
                 }
-                Err(e) => {
-                    // The server may or may not have done the work: keep the
-                    // reservation, the conservative choice.
-                    last = e;
-                    None
+                Attempt::Fatal(error) => {
+                    return Err(ExchangeError {
+                        error,
+                        attempts,
+                        http_time,
+                        wait_time,
+                    });
+                }
+                Attempt::Retry(why, retry_after) => {
+                    last = why;
+                    retry_after
                 }
             };
-            if attempts < self.settings.retry.max_attempts {
-                let wait = match retry_after {
-                    Some(w) if w > super::retry::MAX_RETRY_AFTER => {
-                        return Err(fail(
-                            LlmError::Exhausted {
-                                stage,
-                                attempts,
-                                last: format!(
-                                    "{last}; the server asked to wait {}s, longer than graphloom waits",
-                                    w.as_secs()
-                                ),
-                            },
-                            attempts,
-                            http_time,
-                            wait_time,
-                        ));
-                    }
-                    Some(w) => w,
-                    None => self.backoff(attempts),
-                };
-                tracing::debug!(
-                    "{stage}: attempt {attempts} failed ({last}); retrying in {wait:?}"
-                );
-                tokio::time::sleep(wait).await;
-                wait_time += wait;
+            if attempts >= self.settings.retry.max_attempts {
+                break;
             }
+            let wait = match retry_after {
+                Some(w) if w > super::retry::MAX_RETRY_AFTER => {
+                    let last = format!(
+                        "{last}; the server asked to wait {}s, longer than graphloom waits",
+                        w.as_secs()
+                    );
+                    return Err(ExchangeError {
+                        error: LlmError::Exhausted {
+                            stage,
+                            attempts,
+                            last,
+                        },
+                        attempts,
+                        http_time,
+                        wait_time,
+                    });
+                }
+                Some(w) => w,
+                None => self.backoff(attempts),
+            };
+            tracing::debug!("{stage}: attempt {attempts} failed ({last}); retrying in {wait:?}");
+            tokio::time::sleep(wait).await;
+            wait_time += wait;
         }
-        Err(fail(
-            LlmError::Exhausted {
+        Err(ExchangeError {
+            error: LlmError::Exhausted {
                 stage,
                 attempts,
                 last,
@@ -661,7 +609,112 @@ impl LlmClient {
             attempts,
             http_time,
             wait_time,
-        ))
+        })
+    }
+
+    /// One HTTP request: status, body and the server's retry hint, or why
+    /// no reply came (never with the URL, which may hold a key).
+    async fn send_once(
+        &self,
+        url: &str,
+        body: &Value,
+    ) -> Result<(u16, bytes::Bytes, Option<Duration>), String> {
+        let sent = self
+            .http
+            .post(url)
+            .timeout(self.settings.timeout)
+            .json(body)
+            .send()
+            .await;
+        match sent {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let header = |name: &str| {
+                    resp.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let retry_after = parse_retry_after(
+                    header("retry-after").as_deref(),
+                    header("retry-after-ms").as_deref(),
+                );
+                match resp.bytes().await {
+                    Ok(bytes) => Ok((status, bytes, retry_after)),
+                    Err(e) => Err(format!("reading the reply failed: {}", e.without_url())),
+                }
+            }
+            Err(e) if e.is_timeout() => Err(format!(
+                "no reply within {}s",
+                self.settings.timeout.as_secs()
+            )),
+            Err(e) => Err(format!("request failed: {}", error_chain(&e.without_url()))),
+        }
+    }
+
+    /// What one attempt's outcome means: a reply (its tokens settled with
+    /// the limiter), a refusal, a format to downgrade, or a retry.
+    async fn judge(
+        &self,
+        stage: Stage,
+        outcome: Result<(u16, bytes::Bytes, Option<Duration>), String>,
+        reservation: &super::limiter::Reservation,
+        body_bytes: u64,
+        level: Option<u8>,
+    ) -> Attempt {
+        let (status, bytes, retry_after) = match outcome {
+            Ok(o) => o,
+            // The server may or may not have done the work: keep the
+            // reservation, the conservative choice.
+            Err(why) => return Attempt::Retry(why, None),
+        };
+        if status == 200 {
+            let parsed: Result<Value, _> = if bytes.len() > 256 * 1024 {
+                // Large replies are parsed off the I/O threads.
+                tokio::task::spawn_blocking(move || serde_json::from_slice(&bytes))
+                    .await
+                    .unwrap_or_else(|e| Err(serde::de::Error::custom(e.to_string())))
+            } else {
+                serde_json::from_slice(&bytes)
+            };
+            return match parsed {
+                Ok(value) => {
+                    let bound = reservation.tokens.saturating_add(body_bytes);
+                    let usage = &value["usage"];
+                    let used = reported_tokens(&usage["total_tokens"], bound)
+                        .or_else(|| {
+                            let p = reported_tokens(&usage["prompt_tokens"], bound)?;
+                            let c = reported_tokens(&usage["completion_tokens"], bound);
+                            Some(p.saturating_add(c.unwrap_or(0)).min(bound))
+                        })
+                        .unwrap_or(reservation.tokens);
+                    self.limiter.settle(reservation, used);
+                    Attempt::Done(value, bound)
+                }
+                // The server did the work; charge the whole reservation.
+                Err(e) => Attempt::Retry(format!("the reply body is not JSON: {e}"), None),
+            };
+        }
+        self.limiter.settle(reservation, 0);
+        let text = self.redact(&String::from_utf8_lossy(&bytes));
+        let message = error_message(&text);
+        if status == 400 && level.is_some_and(|l| self.downgrade_for(&text, l)) {
+            return Attempt::Downgrade(LlmError::Refused {
+                stage,
+                status: 400,
+                message: format!("{message} (retrying with a simpler structured-output mode)"),
+            });
+        }
+        match classify(status, &text, retry_after) {
+            Verdict::Fatal => Attempt::Fatal(LlmError::Refused {
+                stage,
+                status,
+                message,
+            }),
+            Verdict::Retry { retry_after } => {
+                Attempt::Retry(format!("HTTP {status}: {message}"), retry_after)
+            }
+        }
     }
 
     /// Moves structured output one level down when a 400 blames the
@@ -843,32 +896,8 @@ impl LlmClient {
             })
         };
         let mut key = key_for(level);
-        if let Some(cache) = &self.cache
-            && let Some(hit) = cache.get(&key).await
-            && let Some(text) = hit.content.as_str()
-            && let Ok(value) = reply::parse::<T>(text)
-        {
-            let usage = Usage {
-                prompt_tokens: hit.prompt_tokens,
-                completion_tokens: hit.completion_tokens,
-            };
-            self.record(self.row(
-                req.stage,
-                &hit.model,
-                req.item.as_ref(),
-                usage,
-                0,
-                true,
-                Duration::ZERO,
-                Duration::ZERO,
-                None,
-            ));
-            return Ok(ChatReply {
-                value,
-                usage,
-                cache_hit: true,
-                attempts: 0,
-            });
+        if let Some(hit) = self.cached_reply(&req, &key, schema).await {
+            return Ok(hit);
         }
         if self.replay_only() {
             return Err(self.not_cached(req.stage, &self.settings.model, req.item.as_ref()));
@@ -878,7 +907,7 @@ impl LlmClient {
         let mut usage = Usage::default();
         let (mut attempts, mut http_time, mut wait_time) = (0u32, Duration::ZERO, Duration::ZERO);
         let mut repaired = false;
-        let result: Result<(T, String), LlmError> = loop {
+        let result: Result<(T, String, Vec<String>), LlmError> = loop {
             let body = self.chat_body(&messages, schema, req.max_tokens, level);
             let est = estimate_tokens(&messages) + req.max_tokens as u64;
             let exchange = match self
@@ -923,8 +952,8 @@ impl LlmClient {
                     excerpt: reply::excerpt(&content, 200),
                 });
             }
-            match reply::parse::<T>(&content) {
-                Ok(value) => break Ok((value, content)),
+            match reply::parse_within::<T>(&content, schema) {
+                Ok((value, dropped)) => break Ok((value, content, dropped)),
                 Err(reason) if !repaired => {
                     repaired = true;
                     tracing::debug!(
@@ -945,54 +974,93 @@ impl LlmClient {
                 }
             }
         };
-        match result {
-            Ok((value, content)) => {
-                if let Some(cache) = &self.cache {
-                    cache
-                        .put(
-                            &key,
-                            &CachedReply {
-                                content: Value::String(content),
-                                prompt_tokens: usage.prompt_tokens,
-                                completion_tokens: usage.completion_tokens,
-                                model: self.settings.model.clone(),
-                            },
-                        )
-                        .await;
-                }
-                self.record(self.row(
-                    req.stage,
-                    &self.settings.model,
-                    req.item.as_ref(),
-                    usage,
-                    attempts,
-                    false,
-                    http_time,
-                    wait_time,
-                    None,
-                ));
-                Ok(ChatReply {
-                    value,
-                    usage,
-                    cache_hit: false,
-                    attempts,
-                })
-            }
+        let outcome = Outcome {
+            usage,
+            attempts,
+            http_time,
+            wait_time,
+        };
+        self.finish(&req, &key, result, outcome).await
+    }
+
+    /// A cached reply to `req` that still parses within `schema`, recorded
+    /// as a hit.
+    async fn cached_reply<T: DeserializeOwned>(
+        &self,
+        req: &ChatRequest,
+        key: &str,
+        schema: &Value,
+    ) -> Option<ChatReply<T>> {
+        let hit = self.cache.as_ref()?.get(key).await?;
+        let (value, dropped) = reply::parse_within::<T>(hit.content.as_str()?, schema).ok()?;
+        let usage = Usage {
+            prompt_tokens: hit.prompt_tokens,
+            completion_tokens: hit.completion_tokens,
+        };
+        self.record(self.row(
+            req.stage,
+            &hit.model,
+            req.item.as_ref(),
+            usage,
+            0,
+            true,
+            Duration::ZERO,
+            Duration::ZERO,
+            None,
+        ));
+        Some(ChatReply {
+            value,
+            usage,
+            cache_hit: true,
+            attempts: 0,
+            dropped,
+        })
+    }
+
+    /// Caches a good reply under `key` and records the call either way.
+    async fn finish<T>(
+        &self,
+        req: &ChatRequest,
+        key: &str,
+        result: Result<(T, String, Vec<String>), LlmError>,
+        o: Outcome,
+    ) -> Result<ChatReply<T>, LlmError> {
+        let error = result.as_ref().err();
+        let row = self.row(
+            req.stage,
+            &self.settings.model,
+            req.item.as_ref(),
+            o.usage,
+            o.attempts,
+            false,
+            o.http_time,
+            o.wait_time,
+            error,
+        );
+        let (value, content, dropped) = match result {
+            Ok(good) => good,
             Err(error) => {
-                self.record(self.row(
-                    req.stage,
-                    &self.settings.model,
-                    req.item.as_ref(),
-                    usage,
-                    attempts,
-                    false,
-                    http_time,
-                    wait_time,
-                    Some(&error),
-                ));
-                Err(error)
+                self.record(row);
+                return Err(error);
             }
+        };
+        if let Some(cache) = &self.cache {
+            let reply = CachedReply {
+                content: Value::String(content),
+                prompt_tokens: o.usage.prompt_tokens,
+                completion_tokens: o.usage.completion_tokens,
+                model: self.settings.model.clone(),
+            };
+            cache.put(key, &reply).await;
         }
+        self.record(row);
+        Ok(ChatReply {
+            value,
+            usage: o.usage,
+            cache_hit: false,
+            attempts: o.attempts,
+            dropped,
+        })
     }
 
     /// Embeds texts through `/embeddings` (batches of 64), with the same

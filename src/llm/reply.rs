@@ -87,6 +87,155 @@ pub fn parse<T: DeserializeOwned>(content: &str) -> Result<T, String> {
     serde_json::from_str(cleaned).map_err(|e| e.to_string())
 }
 
+/// Parses a cleaned reply into `T` within the bounds of `schema`
+/// (`maxItems`, `maxLength`, `minimum`, `maximum`): a server that ignores
+/// them (no grammar, or an old one) must not get a runaway answer past the
+/// parser. The reply degrades item by item: an array element that breaks
+/// a bound is dropped, an array past `maxItems` is cut there, and each
+/// drop is described in the returned notes (for the caller's `failures`
+/// rows). Only a bound broken outside any array refuses the whole reply.
+/// Enums are left to the caller, which rejects such items with a reason.
+pub fn parse_within<T: DeserializeOwned>(
+    content: &str,
+    schema: &Value,
+) -> Result<(T, Vec<String>), String> {
+    let cleaned = clean(content);
+    if cleaned.is_empty() {
+        return Err("the reply holds no JSON".into());
+    }
+    let mut value: Value = serde_json::from_str(cleaned).map_err(|e| e.to_string())?;
+    let mut notes = Vec::new();
+    prune(&mut value, schema, schema, "reply", &mut notes)?;
+    let parsed = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    Ok((parsed, notes))
+}
+
+/// Enforces the bounds of `schema` on `value` (see [`parse_within`]);
+/// `Err` says how `value` itself breaks one. `root` resolves local `$ref`s;
+/// anything the check does not know passes (deserialisation judges the
+/// shape).
+fn prune(
+    value: &mut Value,
+    schema: &Value,
+    root: &Value,
+    at: &str,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let Some(s) = schema.as_object() else {
+        return Ok(());
+    };
+    if let Some(target) = s.get("$ref").and_then(Value::as_str) {
+        let resolved = target
+            .strip_prefix("#/")
+            .map(|p| p.split('/').fold(root, |v, k| &v[k]));
+        return match resolved {
+            Some(next) if !next.is_null() => prune(value, next, root, at, notes),
+            _ => Ok(()),
+        };
+    }
+    if let Some(branches) = s.get("anyOf").and_then(Value::as_array)
+        && !branches.is_empty()
+    {
+        let mut first = None;
+        for b in branches {
+            // The branch of the value's type; other type mismatches are
+            // left to deserialisation, which refuses the reply as before.
+            if let Some(kind) = b.get("type")
+                && !has_type(value, kind)
+            {
+                first.get_or_insert_with(|| format!("{at} is not of type {kind}"));
+                continue;
+            }
+            let (mut candidate, mut more) = (value.clone(), Vec::new());
+            match prune(&mut candidate, b, root, at, &mut more) {
+                Ok(()) => {
+                    *value = candidate;
+                    notes.extend(more);
+                    return Ok(());
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        return Err(first.unwrap_or_default());
+    }
+    let bound = |key: &str| s.get(key).and_then(Value::as_f64);
+    match value {
+        Value::String(text) => {
+            let n = text.chars().count();
+            if let Some(max) = bound("maxLength").filter(|&m| n as f64 > m) {
+                return Err(format!("{at} has {n} characters, more than {max} allowed"));
+            }
+        }
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(0.0);
+            let (lo, hi) = (bound("minimum"), bound("maximum"));
+            if lo.is_some_and(|m| x < m) || hi.is_some_and(|m| x > m) {
+                let shown = |b: Option<f64>| b.map_or(String::new(), |m| m.to_string());
+                return Err(format!(
+                    "{at} is {n}, outside {}..={}",
+                    shown(lo),
+                    shown(hi)
+                ));
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = bound("maxItems").filter(|&m| items.len() as f64 > m) {
+                notes.push(format!(
+                    "{at} has {} items, more than {max} allowed; the rest were dropped",
+                    items.len()
+                ));
+                items.truncate(max as usize);
+            }
+            if let Some(item) = s.get("items") {
+                let mut i = 0;
+                items.retain_mut(|v| {
+                    let at = format!("{at}[{i}]");
+                    i += 1;
+                    match prune(v, item, root, &at, notes) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            notes.push(format!("{at} dropped: {e}"));
+                            false
+                        }
+                    }
+                });
+            }
+        }
+        Value::Object(map) => {
+            if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                for (k, v) in map.iter_mut() {
+                    if let Some(p) = props.get(k) {
+                        prune(v, p, root, &format!("{at}.{k}"), notes)?;
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether `value` is of the JSON schema `type` (a name or a list of names).
+fn has_type(value: &Value, kind: &Value) -> bool {
+    let is = |name: &str| match name {
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => true,
+    };
+    match kind {
+        Value::String(name) => is(name),
+        Value::Array(names) => names.iter().filter_map(Value::as_str).any(is),
+        _ => true,
+    }
+}
+
 /// The first `n` characters of a reply, for failure rows.
 ///
 /// Runs of whitespace become one space, so that pretty-printed JSON reads
@@ -102,6 +251,46 @@ pub fn excerpt(content: &str, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn items_past_a_schema_bound_are_dropped_with_a_note_and_the_rest_parse() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "maxLength": 8},
+                "items": {
+                    "type": "array",
+                    "maxItems": 3,
+                    "items": {"$ref": "#/$defs/Item"}
+                }
+            },
+            "$defs": {"Item": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "integer", "minimum": 1, "maximum": 3},
+                    "note": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]}
+                }
+            }}
+        });
+        let ok =
+            r#"{"label": "x", "items": [{"id": 1, "note": "short"}, {"id": 2, "note": null}]}"#;
+        let (v, notes): (Value, _) = parse_within(ok, &schema).expect("within bounds");
+        assert_eq!(v["items"].as_array().map(Vec::len), Some(2));
+        assert!(notes.is_empty(), "{notes:?}");
+        let mixed = r#"{"label": "x", "items": [
+            {"id": 9}, {"id": 1, "note": "far too long"}, {"id": 2}, {"id": 3}, {"id": 3}]}"#;
+        let (v, notes): (Value, _) = parse_within(mixed, &schema).expect("degrades");
+        // Cut to 3, then the two bad ones dropped: only {"id": 2} is left.
+        assert_eq!(v["items"], serde_json::json!([{"id": 2}]));
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[0].contains("5 items, more than 3"), "{notes:?}");
+        assert!(notes[1].contains("reply.items[0].id is 9"), "{notes:?}");
+        assert!(notes[2].contains("12 characters, more than 5"), "{notes:?}");
+        // A bound outside any array refuses the reply.
+        let err = parse_within::<Value>(r#"{"label": "much too long", "items": []}"#, &schema)
+            .expect_err("label too long");
+        assert!(err.contains("reply.label has 13 characters"), "{err}");
+    }
+
     use super::*;
     use serde::Deserialize;
 

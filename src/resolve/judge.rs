@@ -69,9 +69,15 @@ struct Question {
 
 /// Asks `q` about `labels.len()` cases in batches of `batch_size`,
 /// `concurrency` calls at a time; `render(case, number, prompt)` writes
-/// one case. Returns the answers by case, and one failure per case of a
-/// failed call (`fallback` says what happens to it). Answers naming no
-/// case of their batch are ignored.
+/// one case. Returns the answers by case, and one failure per case the
+/// model could not settle (`fallback` says what happens to it).
+///
+/// A batch degrades item by item: when its call fails (cut at
+/// `max_tokens`, malformed, refused) or its reply leaves cases out, the
+/// cases without an answer are asked again in batches of half the size,
+/// down to one case; only a case that fails alone gets a failure. One
+/// runaway case so costs its neighbours a few more calls, never their
+/// answers. Answers naming no case of their batch are ignored.
 async fn ask<T: DeserializeOwned + Numbered>(
     client: &LlmClient,
     q: &Question,
@@ -82,67 +88,116 @@ async fn ask<T: DeserializeOwned + Numbered>(
     render: impl Fn(usize, usize, &mut String),
 ) -> (Vec<(usize, T)>, Vec<JudgeFailure>) {
     let indices: Vec<usize> = (0..labels.len()).collect();
-    let requests: Vec<(Vec<usize>, ChatRequest)> = indices
+    let mut round: Vec<Vec<usize>> = indices
         .chunks(batch_size.max(1))
-        .map(|chunk| {
+        .map(<[usize]>::to_vec)
+        .collect();
+    let mut answers = Vec::new();
+    let mut failures = Vec::new();
+    // Each round at least halves the largest batch, so rounds are bounded
+    // by log2(batch_size) + 1; the counter only guards that reasoning.
+    for _ in 0..=usize::BITS {
+        if round.is_empty() {
+            break;
+        }
+        let replies = send_batches::<T>(client, q, concurrency, labels, &render, &round).await;
+        let mut next: Vec<Vec<usize>> = Vec::new();
+        for (members, reply) in replies {
+            let (unanswered, why) = match reply {
+                Ok((reply, dropped)) => {
+                    let mut open: Vec<bool> = vec![true; members.len()];
+                    for item in reply.items {
+                        let k = (item.id() as usize).checked_sub(1);
+                        if let Some(k) = k.filter(|&k| k < members.len() && open[k]) {
+                            open[k] = false;
+                            answers.push((members[k], item));
+                        }
+                    }
+                    let left: Vec<usize> = members
+                        .iter()
+                        .zip(&open)
+                        .filter(|(_, o)| **o)
+                        .map(|(&m, _)| m)
+                        .collect();
+                    let why = if dropped.is_empty() {
+                        "the reply gave no answer for it".to_string()
+                    } else {
+                        format!("the reply gave no usable answer ({})", dropped.join("; "))
+                    };
+                    (left, why)
+                }
+                Err(e) => (members.clone(), format!("call failed: {e}")),
+            };
+            if unanswered.is_empty() {
+                continue;
+            }
+            if members.len() == 1 {
+                failures.extend(unanswered.iter().map(|&case| JudgeFailure {
+                    stage: q.stage,
+                    item: labels[case].clone(),
+                    reason: format!("{} asked alone, {why}; {fallback}", q.stage),
+                }));
+                continue;
+            }
+            let half = members.len().div_ceil(2);
+            next.extend(unanswered.chunks(half).map(<[usize]>::to_vec));
+        }
+        // Replies arrive in any order; the next round's batches (hence
+        // their requests and cache keys) must not depend on it.
+        next.sort();
+        round = next;
+    }
+    (answers, failures)
+}
+
+/// One round of batched questions, `concurrency` calls at a time. Each
+/// reply's schema bounds it to one item per case of its batch.
+async fn send_batches<T: DeserializeOwned>(
+    client: &LlmClient,
+    q: &Question,
+    concurrency: usize,
+    labels: &[String],
+    render: &impl Fn(usize, usize, &mut String),
+    batches: &[Vec<usize>],
+) -> Vec<(Vec<usize>, Result<(Items<T>, Vec<String>), LlmError>)> {
+    let requests: Vec<(Vec<usize>, ChatRequest, Value)> = batches
+        .iter()
+        .map(|members| {
             let mut prompt = format!("{}\n", q.intro);
-            for (k, &case) in chunk.iter().enumerate() {
+            for (k, &case) in members.iter().enumerate() {
                 render(case, k + 1, &mut prompt);
             }
             let _ = write!(prompt, "\nReply with JSON: {}", q.reply);
             let req = ChatRequest {
                 stage: q.stage,
-                item: labels.get(chunk[0]).cloned(),
+                item: labels.get(members[0]).cloned(),
                 messages: vec![Message::system(q.system), Message::user(prompt)],
-                max_tokens: 32 + q.tokens_per_item * chunk.len() as u32,
+                max_tokens: 32 + q.tokens_per_item * members.len() as u32,
                 prompt_version: PROMPT_VERSION.into(),
             };
-            (chunk.to_vec(), req)
+            let n = members.len();
+            let mut item = q.item_schema.clone();
+            item["properties"]["id"] = json!({"type": "integer", "minimum": 1, "maximum": n});
+            let schema = json!({
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": item, "maxItems": n}},
+                "required": ["items"],
+                "additionalProperties": false
+            });
+            (members.clone(), req, schema)
         })
         .collect();
-    let schema = json!({
-        "type": "object",
-        "properties": {"items": {"type": "array", "items": q.item_schema}},
-        "required": ["items"],
-        "additionalProperties": false
-    });
-    type Reply<T> = (Vec<usize>, Result<Items<T>, LlmError>);
-    let replies: Vec<Reply<T>> = futures::stream::iter(requests)
-        .map(|(members, req)| {
-            let schema = schema.clone();
-            async move {
-                let r = client
-                    .chat_json_with_schema::<Items<T>>(req, schema)
-                    .await
-                    .map(|r| r.value);
-                (members, r)
-            }
+    futures::stream::iter(requests)
+        .map(|(members, req, schema)| async move {
+            let r = client
+                .chat_json_with_schema::<Items<T>>(req, schema)
+                .await
+                .map(|r| (r.value, r.dropped));
+            (members, r)
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
-        .await;
-    let mut answers = Vec::new();
-    let mut failures = Vec::new();
-    for (members, reply) in replies {
-        match reply {
-            Ok(reply) => {
-                for item in reply.items {
-                    let case = (item.id() as usize)
-                        .checked_sub(1)
-                        .and_then(|k| members.get(k));
-                    if let Some(&case) = case {
-                        answers.push((case, item));
-                    }
-                }
-            }
-            Err(e) => failures.extend(members.iter().map(|&case| JudgeFailure {
-                stage: q.stage,
-                item: labels[case].clone(),
-                reason: format!("{} call failed, {fallback}: {e}", q.stage),
-            })),
-        }
-    }
-    (answers, failures)
+        .await
 }
 
 /// An ambiguous mention as the LLM sees it.
@@ -197,7 +252,14 @@ pub async fn adjudicate(
         tokens_per_item: 24,
         item_schema: json!({
             "type": "object",
-            "properties": {"id": {"type": "integer"}, "choice": {"type": "integer"}},
+            "properties": {
+                "id": {"type": "integer"},
+                "choice": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": cases.iter().map(|c| c.options.len()).max().unwrap_or(0)
+                }
+            },
             "required": ["id", "choice"],
             "additionalProperties": false
         }),
@@ -274,6 +336,7 @@ pub async fn contradictions(
     concurrency: usize,
     cases: &[ContradictionCase],
 ) -> (HashMap<usize, Vec<usize>>, Vec<JudgeFailure>) {
+    let most_existing = cases.iter().map(|c| c.existing.len()).max().unwrap_or(0);
     let q = Question {
         stage: Stage::Contradictions,
         system: "You keep a temporal knowledge graph consistent. Reply with JSON only.",
@@ -286,7 +349,11 @@ pub async fn contradictions(
             "type": "object",
             "properties": {
                 "id": {"type": "integer"},
-                "contradicts": {"type": "array", "items": {"type": "integer"}}
+                "contradicts": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1, "maximum": most_existing},
+                    "maxItems": most_existing
+                }
             },
             "required": ["id", "contradicts"],
             "additionalProperties": false
@@ -353,6 +420,9 @@ impl Numbered for SummaryOut {
     }
 }
 
+/// Longest summary a reply may write: two sentences, with room.
+const SUMMARY_MAX_CHARS: usize = 400;
+
 /// Updated summaries, per case index (failed cases keep their old one).
 pub async fn summaries(
     client: &LlmClient,
@@ -369,7 +439,10 @@ pub async fn summaries(
         tokens_per_item: 96,
         item_schema: json!({
             "type": "object",
-            "properties": {"id": {"type": "integer"}, "summary": {"type": "string"}},
+            "properties": {
+                "id": {"type": "integer"},
+                "summary": {"type": "string", "maxLength": SUMMARY_MAX_CHARS}
+            },
             "required": ["id", "summary"],
             "additionalProperties": false
         }),

@@ -492,3 +492,110 @@ fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
         );
     }
 }
+
+/// The entities a summary batch asks about, in their order in the prompt.
+fn summary_batch(user: &str) -> Vec<String> {
+    user.lines()
+        .filter_map(|l| l.strip_prefix("Entity "))
+        .filter_map(|l| l.split('"').nth(1))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summary_batch_with_a_runaway_and_an_invalid_item_keeps_every_other_answer() {
+    use graphloom::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
+    use graphloom::resolve::judge::{SummaryCase, summaries};
+    // "Runaway" makes any batch holding it come back cut mid-array;
+    // "Verbose" gets a 2,000-character summary, past the schema's bound,
+    // which the client refuses even though the server ignored the bound.
+    let server = TestServer::start(Behavior::with_responder(|req: &ChatRequestView| {
+        let names = summary_batch(req.last("user").unwrap_or_default());
+        let items: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let text = if name == "Verbose" {
+                    "x".repeat(2000)
+                } else {
+                    format!("{name} is a supplier.")
+                };
+                format!(r#"{{"id": {}, "summary": "{text}"}}"#, k + 1)
+            })
+            .collect();
+        let body = format!(r#"{{"items": [{}]}}"#, items.join(", "));
+        if names.iter().any(|n| n == "Runaway") {
+            let cut = body.len() / 2;
+            return Reply::Length(body[..cut].to_string());
+        }
+        Reply::Content(body)
+    }))
+    .await
+    .expect("start test server");
+    let spec = graphloom::spec::LlmSpec {
+        base_url: server.base_url(),
+        backoff_initial_ms: 10,
+        backoff_max_ms: 50,
+        max_attempts: 2,
+        timeout_secs: 5,
+        ..graphloom::spec::LlmSpec::default()
+    };
+    let client = graphloom::llm::LlmClient::new(&spec, None, "run-1").expect("client");
+    let names = ["Acme", "Runaway", "Beta", "Verbose", "Gamma"];
+    let cases: Vec<SummaryCase> = names
+        .iter()
+        .map(|n| SummaryCase {
+            name: n.to_string(),
+            chain: vec!["Company".into()],
+            summary: None,
+            facts: vec![format!("{n} supplies laptops.")],
+        })
+        .collect();
+    let (answers, failures) = summaries(&client, 8, 2, &cases).await;
+    let mut answered: Vec<&str> = answers.keys().map(|&i| names[i]).collect();
+    answered.sort_unstable();
+    assert_eq!(answered, vec!["Acme", "Beta", "Gamma"], "{failures:?}");
+    assert_eq!(answers[&0], "Acme is a supplier.");
+    let mut failed: Vec<&str> = failures.iter().map(|f| f.item.as_str()).collect();
+    failed.sort_unstable();
+    assert_eq!(failed, vec!["Runaway", "Verbose"], "{failures:?}");
+    assert!(
+        failures.iter().all(|f| f.reason.contains("asked alone")),
+        "{failures:?}"
+    );
+    let verbose = failures
+        .iter()
+        .find(|f| f.item == "Verbose")
+        .expect("Verbose");
+    assert!(
+        verbose.reason.contains("more than 400 allowed"),
+        "{verbose:?}"
+    );
+    // Batch sizes, each question once per attempt and repair: 5, then the
+    // halves 3 and 2, then singles; never more calls than halving needs.
+    let mut sizes: Vec<usize> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("chat/completions"))
+        .map(|r| {
+            let user = r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default();
+            summary_batch(user).len()
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    assert_eq!(sizes, vec![1, 2, 3, 5], "batches asked");
+    let singles = server
+        .requests()
+        .iter()
+        .filter(|r| {
+            let user = r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default();
+            summary_batch(user).len() == 1
+        })
+        .count();
+    assert!(singles <= 2 * 4, "{singles} single-item calls");
+}
