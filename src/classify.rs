@@ -96,13 +96,46 @@ fn split_after_failure(batch: &Batch, cap: &mut [usize]) -> bool {
     true
 }
 
-fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes: bool) -> Value {
+/// The reply schema of a walk call about `n` items, bounded: one answer
+/// per item, ids in range, attribute values of at most
+/// [`VALUE_MAX_CHARS`](crate::extract::VALUE_MAX_CHARS) characters.
+/// An item the reply gave no answer for: true if it is asked again in a
+/// batch of at most half the size (its cap lowered), false if it was asked
+/// alone, and then stays at its parent.
+fn ask_again_after_skip(batch: &Batch, item: usize, cap: &mut [usize]) -> bool {
+    let n = batch.members.len();
+    if n <= 1 {
+        return false;
+    }
+    cap[item] = cap[item].min(n.div_ceil(2));
+    true
+}
+
+/// The reason of an item that got no answer when asked alone.
+fn skipped_alone(parent: &str, dropped: &[String]) -> String {
+    let why = if dropped.is_empty() {
+        "the reply gave no answer for it".to_string()
+    } else {
+        format!(
+            "the reply gave no usable answer ({})",
+            crate::llm::reply::describe_dropped(dropped)
+        )
+    };
+    format!("subtype classification under `{parent}`, asked alone: {why}; it stays at `{parent}`")
+}
+
+fn reply_schema(
+    subtypes: &[String],
+    property_names: &[String],
+    with_attributes: bool,
+    n: usize,
+) -> Value {
     let mut choices: Vec<String> = subtypes.to_vec();
     choices.push(NONE.into());
     let mut item = json!({
         "type": "object",
         "properties": {
-            "id": {"type": "integer"},
+            "id": {"type": "integer", "minimum": 1, "maximum": n},
             "subtype": {"type": "string", "enum": choices}
         },
         "required": ["id", "subtype"],
@@ -116,9 +149,13 @@ fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes:
         };
         item["properties"]["attributes"] = json!({
             "type": "array",
+            "maxItems": property_names.len().max(1),
             "items": {
                 "type": "object",
-                "properties": {"name": name, "value": {"type": "string"}},
+                "properties": {
+                    "name": name,
+                    "value": {"type": "string", "maxLength": crate::extract::VALUE_MAX_CHARS}
+                },
                 "required": ["name", "value"],
                 "additionalProperties": false
             }
@@ -127,7 +164,7 @@ fn reply_schema(subtypes: &[String], property_names: &[String], with_attributes:
     }
     json!({
         "type": "object",
-        "properties": {"items": {"type": "array", "items": item}},
+        "properties": {"items": {"type": "array", "items": item, "maxItems": n}},
         "required": ["items"],
         "additionalProperties": false
     })
@@ -139,7 +176,7 @@ async fn send(
     client: &Arc<LlmClient>,
     concurrency: usize,
     requests: Vec<(Batch, ChatRequest, Value)>,
-) -> Vec<(Batch, Result<ClassifyReply, LlmError>)> {
+) -> Vec<(Batch, Result<(ClassifyReply, Vec<String>), LlmError>)> {
     futures::stream::iter(requests)
         .map(|(b, req, schema)| {
             let client = client.clone();
@@ -147,7 +184,7 @@ async fn send(
                 client
                     .chat_json_with_schema::<ClassifyReply>(req, schema)
                     .await
-                    .map(|r| r.value)
+                    .map(|r| (r.value, r.dropped))
             });
             async move { (b, reply.await) }
         })
@@ -232,14 +269,22 @@ pub async fn walk_entities(
                     continue;
                 }
             };
+            let (reply, dropped) = reply;
             for (pos, answer) in by_position(reply.items, batch.members.len())
                 .into_iter()
                 .enumerate()
             {
                 let i = batch.members[pos];
-                // Items the reply skipped stay where they are.
                 let Some(item) = answer else {
-                    stopped[i] = true;
+                    if !ask_again_after_skip(&batch, i, &mut cap) {
+                        stopped[i] = true;
+                        rejected.push(Rejected {
+                            stage: Stage::ClassifyEntities,
+                            episode_id: mentions[i].episode_id.clone(),
+                            reason: skipped_alone(&batch.parent, &dropped),
+                            excerpt: mentions[i].name.clone(),
+                        });
+                    }
                     continue;
                 };
                 if item.subtype == NONE || !children.contains(&item.subtype) {
@@ -322,7 +367,7 @@ fn entity_request(
                 .min(spec.entity_max_tokens.max(512) * 2),
             prompt_version: PROMPT_VERSION.into(),
         },
-        reply_schema(&children, &property_names, true),
+        reply_schema(&children, &property_names, true, batch.members.len()),
     )
 }
 
@@ -403,13 +448,22 @@ pub async fn walk_facts(
                 .get(&batch.parent)
                 .map(|n| n.children.clone())
                 .unwrap_or_default();
+            let (reply, dropped) = reply;
             for (pos, answer) in by_position(reply.items, batch.members.len())
                 .into_iter()
                 .enumerate()
             {
                 let i = batch.members[pos];
                 let Some(item) = answer else {
-                    stopped[i] = true;
+                    if !ask_again_after_skip(&batch, i, &mut cap) {
+                        stopped[i] = true;
+                        rejected.push(Rejected {
+                            stage: Stage::ClassifyFacts,
+                            episode_id: facts[i].episode_id.clone(),
+                            reason: skipped_alone(&batch.parent, &dropped),
+                            excerpt: facts[i].fact.clone(),
+                        });
+                    }
                     continue;
                 };
                 if item.subtype == NONE || !children.contains(&item.subtype) {
@@ -482,6 +536,6 @@ fn fact_request(
             max_tokens: 64 + 32 * batch.members.len() as u32,
             prompt_version: PROMPT_VERSION.into(),
         },
-        reply_schema(&children, &[], false),
+        reply_schema(&children, &[], false, batch.members.len()),
     )
 }

@@ -303,6 +303,30 @@ impl Prompts {
     }
 }
 
+/// Longest entity name a reply may write (characters).
+pub const NAME_MAX_CHARS: usize = 200;
+/// Longest attribute value a reply may write (characters).
+pub const VALUE_MAX_CHARS: usize = 500;
+/// Longest fact sentence a reply may write (characters).
+pub const FACT_MAX_CHARS: usize = 500;
+/// Longest relation type a reply may write (characters).
+pub const RELATION_MAX_CHARS: usize = 100;
+/// Facts a reply may list per entity of its episode (at least 8 in all).
+pub const FACTS_PER_ENTITY: usize = 4;
+
+/// What a reply lost to its schema's bounds, as rejections of `episode`.
+fn dropped(stage: Stage, episode: &Episode, notes: Vec<String>) -> Vec<Rejected> {
+    notes
+        .into_iter()
+        .map(|reason| Rejected {
+            stage,
+            episode_id: episode.episode_id.clone(),
+            reason: format!("the reply broke a bound of its schema: {reason}"),
+            excerpt: String::new(),
+        })
+        .collect()
+}
+
 /// The system prompt and reply schema of entity calls.
 fn entity_prompt(ontology: &Ontology, spec: &ExtractSpec) -> (String, Value) {
     let tops: Vec<&crate::ontology::TypeNode> = ontology.entity_tree.top_level().collect();
@@ -344,16 +368,21 @@ fn entity_prompt(ontology: &Ontology, spec: &ExtractSpec) -> (String, Value) {
         "properties": {
             "entities": {
                 "type": "array",
+                "maxItems": spec.max_entities_per_episode,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "name": {"type": "string"},
+                        "name": {"type": "string", "maxLength": NAME_MAX_CHARS},
                         "type": {"type": "string", "enum": type_names},
                         "attributes": {
                             "type": "array",
+                            "maxItems": property_names.len().max(1),
                             "items": {
                                 "type": "object",
-                                "properties": {"name": attribute_name, "value": {"type": "string"}},
+                                "properties": {
+                                    "name": attribute_name,
+                                    "value": {"type": "string", "maxLength": VALUE_MAX_CHARS}
+                                },
                                 "required": ["name", "value"],
                                 "additionalProperties": false
                             }
@@ -406,7 +435,7 @@ pub async fn extract_entities(
     )
     .await?;
     let mut mentions: Vec<Mention> = Vec::new();
-    let mut rejected = Vec::new();
+    let mut rejected = dropped(Stage::ExtractEntities, episode, reply.dropped);
     let mut seen: HashMap<String, usize> = HashMap::new();
     let type_words = &prompts.type_words;
     let lower = episode.content.to_lowercase();
@@ -530,19 +559,20 @@ fn fact_request(
         "ENTITIES:\n{entities}\n{}",
         episode_block(episode, context, spec.context_chars)
     );
-    let time = json!({"anyOf": [{"type": "string"}, {"type": "null"}]});
+    let time = json!({"anyOf": [{"type": "string", "maxLength": 64}, {"type": "null"}]});
     let schema = json!({
         "type": "object",
         "properties": {
             "facts": {
                 "type": "array",
+                "maxItems": (FACTS_PER_ENTITY * mentions.len()).max(8),
                 "items": {
                     "type": "object",
                     "properties": {
                         "source": {"type": "string", "enum": names},
                         "target": {"type": "string", "enum": names},
-                        "relation_type": {"type": "string"},
-                        "fact": {"type": "string"},
+                        "relation_type": {"type": "string", "maxLength": RELATION_MAX_CHARS},
+                        "fact": {"type": "string", "maxLength": FACT_MAX_CHARS},
                         "valid_at": time,
                         "invalid_at": time
                     },
@@ -614,7 +644,7 @@ pub async fn extract_facts(
         .map(|(i, m)| (normalize_name(&m.name), i))
         .collect();
     let mut facts = Vec::new();
-    let mut rejected = Vec::new();
+    let mut rejected = dropped(Stage::ExtractFacts, episode, reply.dropped);
     let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
     for f in reply.value.facts {
         let reject = |reason: String| Rejected {

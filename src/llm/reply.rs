@@ -182,10 +182,11 @@ fn prune(
         }
         Value::Array(items) => {
             if let Some(max) = bound("maxItems").filter(|&m| items.len() as f64 > m) {
-                notes.push(format!(
-                    "{at} has {} items, more than {max} allowed; the rest were dropped",
-                    items.len()
-                ));
+                // One note per item cut, so that each ends in a row.
+                let n = items.len();
+                notes.extend(
+                    (max as usize..n).map(|i| format!("{at}[{i}] dropped: past maxItems ({max})")),
+                );
                 items.truncate(max as usize);
             }
             if let Some(item) = s.get("items") {
@@ -215,6 +216,16 @@ fn prune(
         _ => {}
     }
     Ok(())
+}
+
+/// The notes of [`parse_within`] in one line for a failure reason: the
+/// first three, then how many more.
+pub fn describe_dropped(notes: &[String]) -> String {
+    let mut text = notes.iter().take(3).cloned().collect::<Vec<_>>().join("; ");
+    if notes.len() > 3 {
+        text.push_str(&format!("; and {} more", notes.len() - 3));
+    }
+    text
 }
 
 /// Whether `value` is of the JSON schema `type` (a name or a list of names).
@@ -281,10 +292,14 @@ mod tests {
         let (v, notes): (Value, _) = parse_within(mixed, &schema).expect("degrades");
         // Cut to 3, then the two bad ones dropped: only {"id": 2} is left.
         assert_eq!(v["items"], serde_json::json!([{"id": 2}]));
-        assert_eq!(notes.len(), 3, "{notes:?}");
-        assert!(notes[0].contains("5 items, more than 3"), "{notes:?}");
-        assert!(notes[1].contains("reply.items[0].id is 9"), "{notes:?}");
-        assert!(notes[2].contains("12 characters, more than 5"), "{notes:?}");
+        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert!(
+            notes[0].contains("reply.items[3] dropped: past maxItems (3)"),
+            "{notes:?}"
+        );
+        assert!(notes[1].contains("reply.items[4] dropped"), "{notes:?}");
+        assert!(notes[2].contains("reply.items[0].id is 9"), "{notes:?}");
+        assert!(notes[3].contains("12 characters, more than 5"), "{notes:?}");
         // A bound outside any array refuses the reply.
         let err = parse_within::<Value>(r#"{"label": "much too long", "items": []}"#, &schema)
             .expect_err("label too long");

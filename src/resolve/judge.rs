@@ -122,7 +122,10 @@ async fn ask<T: DeserializeOwned + Numbered>(
                     let why = if dropped.is_empty() {
                         "the reply gave no answer for it".to_string()
                     } else {
-                        format!("the reply gave no usable answer ({})", dropped.join("; "))
+                        format!(
+                            "the reply gave no usable answer ({})",
+                            crate::llm::reply::describe_dropped(&dropped)
+                        )
                     };
                     (left, why)
                 }

@@ -560,6 +560,64 @@ async fn a_walk_batch_that_fails_is_asked_again_in_halves_so_one_runaway_item_co
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_walk_item_the_reply_leaves_out_is_asked_again_with_fewer_neighbours_then_alone() {
+    let f = fixture(|_| {}).await;
+    // The Contract walk's replies leave out PO-1 whenever it shares the
+    // batch, and "New Acme contract" always.
+    let inner = responder(f.fail_entities.clone(), f.po_is_plain.clone());
+    f.server
+        .set_behavior(Behavior::with_responder(move |req: &ChatRequestView| {
+            let system = req.last("system").unwrap_or_default();
+            let user = req.last("user").unwrap_or_default().to_string();
+            if !system.contains("already classified as Contract") {
+                return inner(req);
+            }
+            let blocks: Vec<&str> = user.split("\n[").collect();
+            let mut reply = classify(&user, false, false);
+            let items = reply["items"].as_array_mut().expect("items");
+            items.retain(|item| {
+                let id = item["id"].as_u64().unwrap_or(0) as usize;
+                let text = blocks.get(id.saturating_sub(1)).copied().unwrap_or("");
+                !(text.contains("New Acme contract") || (text.contains("PO-1") && blocks.len() > 1))
+            });
+            Reply::json(&reply)
+        }));
+    let report = run(&f).await;
+    let mut sizes: Vec<usize> = stage_calls(&f.server, "already classified as Contract")
+        .iter()
+        .map(|r| {
+            r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .matches("\n[")
+                .count()
+                + 1
+        })
+        .collect();
+    sizes.sort_unstable();
+    // 3 together; then PO-1 twice (2) and the new contract alone; then
+    // each PO-1 alone.
+    assert_eq!(sizes, vec![1, 1, 1, 2, 3], "{report:?}");
+    let po = query(&f.store, "SELECT type FROM nodes WHERE name = 'PO-1'").await;
+    assert_eq!(
+        po[0]["type"], "PurchaseOrder",
+        "PO-1 gets its subtype once asked alone"
+    );
+    let failures = query(
+        &f.store,
+        "SELECT item, reason FROM failures WHERE stage = 'classify_entities'",
+    )
+    .await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("asked alone") && r.contains("no answer")),
+        "{failures:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_grown_archive_resolves_new_mentions_to_committed_nodes_and_upgrades_chains() {
     let f = fixture(|_| {}).await;
     // First run: PO-1 fits no subtype yet, so it is a plain Contract.
