@@ -467,6 +467,10 @@ pub async fn extract_entities(
             )));
             continue;
         }
+        if let Some(kind) = crate::text::non_entity_kind(&name) {
+            rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
+            continue;
+        }
         if type_words.contains(&normalized) || normalized == normalize_name(ENTITY_LABEL) {
             rejected.push(reject(format!("entity named after a type: `{name}`")));
             continue;

@@ -167,8 +167,170 @@ pub fn name_band_keys(folded: &str, bands: usize, rows: usize) -> Vec<u64> {
     band_keys(&minhash(&shingle_hashes(folded), bands * rows), bands)
 }
 
+/// Month names and their common abbreviations, for telling dates apart.
+const MONTHS: [&str; 24] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+];
+
+/// Words that name a state of something rather than a thing.
+const STATUS_WORDS: [&str; 24] = [
+    "open",
+    "closed",
+    "pending",
+    "approved",
+    "rejected",
+    "cancelled",
+    "canceled",
+    "active",
+    "inactive",
+    "draft",
+    "signed",
+    "expired",
+    "complete",
+    "completed",
+    "in progress",
+    "on hold",
+    "overdue",
+    "paid",
+    "unpaid",
+    "shipped",
+    "delivered",
+    "resolved",
+    "done",
+    "new",
+];
+
+/// Currency signs and codes an amount is written with.
+const CURRENCIES: [&str; 12] = [
+    "$", "€", "£", "¥", "usd", "eur", "gbp", "jpy", "chf", "dollars", "euros", "pounds",
+];
+
+/// What a name offered as an entity is instead, when it is a date, an
+/// amount, a quantity or a status: "March 1, 2025", "Q3 2025", "$1,200",
+/// "300 EUR", "40 laptops", "open". Names that merely hold such words
+/// ("May Chen", "3M", "Open Systems Ltd", "1 World Trade Center") are
+/// entities.
+pub fn non_entity_kind(name: &str) -> Option<&'static str> {
+    let lower = name.trim().to_lowercase();
+    if STATUS_WORDS.contains(&lower.as_str()) {
+        return Some("a status");
+    }
+    let words: Vec<&str> = lower
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let is_number = |w: &str| {
+        let digits = w.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let suffix = &w[digits.len()..];
+        !digits.is_empty()
+            && digits
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+            && digits.chars().any(|c| c.is_ascii_digit())
+            && matches!(suffix, "" | "st" | "nd" | "rd" | "th")
+    };
+    let is_quarter = |w: &str| {
+        w.len() == 2 && w.starts_with('q') && ('1'..='4').contains(&w.chars().nth(1).unwrap_or('0'))
+    };
+    let has_month = words
+        .iter()
+        .any(|w| MONTHS.contains(&w.trim_end_matches('.')));
+    let has_quarter = words.iter().any(|w| is_quarter(w));
+    let all_date_words = words
+        .iter()
+        .all(|w| is_number(w) || MONTHS.contains(&w.trim_end_matches('.')) || is_quarter(w));
+    if (has_month || has_quarter) && all_date_words && words.iter().any(|w| is_number(w)) {
+        return Some("a date");
+    }
+    let amount_part = |w: &str| {
+        let bare = w.trim_start_matches(['$', '€', '£', '¥']);
+        CURRENCIES.contains(&w) || is_number(bare) || matches!(bare, "k" | "m" | "million")
+    };
+    let has_currency = CURRENCIES.iter().any(|c| {
+        words
+            .iter()
+            .any(|w| w == c || (c.len() == 1 && w.starts_with(c)))
+    });
+    if has_currency
+        && words.iter().all(|w| amount_part(w))
+        && words
+            .iter()
+            .any(|w| is_number(w.trim_start_matches(['$', '€', '£', '¥'])))
+    {
+        return Some("an amount");
+    }
+    // A count of common nouns: the original text has no capital after the
+    // number ("40 laptops", not "1 World Trade Center").
+    let original: Vec<&str> = name.split_whitespace().collect();
+    if original.len() >= 2
+        && is_number(&original[0].to_lowercase())
+        && original[1..]
+            .iter()
+            .all(|w| w.chars().next().is_some_and(|c| !c.is_uppercase()))
+    {
+        return Some("a quantity");
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dates_amounts_quantities_and_statuses_are_told_from_names() {
+        for (name, kind) in [
+            ("March 1, 2025", "a date"),
+            ("1 March 2025", "a date"),
+            ("Sept. 3rd", "a date"),
+            ("Q3 2025", "a date"),
+            ("$1,200", "an amount"),
+            ("300 EUR", "an amount"),
+            ("USD 5 million", "an amount"),
+            ("40 laptops", "a quantity"),
+            ("3 units of stock", "a quantity"),
+            ("open", "a status"),
+            ("In progress", "a status"),
+        ] {
+            assert_eq!(non_entity_kind(name), Some(kind), "{name}");
+        }
+        for name in [
+            "May Chen",
+            "March Networks",
+            "3M",
+            "7-Eleven",
+            "Open Systems Ltd",
+            "1 World Trade Center",
+            "PO-4471",
+            "Order form OF-601",
+            "Acme Corp",
+            "20th Century Fox",
+        ] {
+            assert_eq!(non_entity_kind(name), None, "{name}");
+        }
+    }
+
     use super::*;
 
     #[test]
