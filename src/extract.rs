@@ -538,6 +538,7 @@ fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
          - source and target: names copied exactly from ENTITIES; two different entities.\n\
          - relation_type: one of the FACT TYPES when it fits, with the source and target types it names; otherwise a short verb phrase in SCREAMING_SNAKE_CASE.\n\
          - fact: one sentence that paraphrases what the episode says, using entity names instead of pronouns.\n\
+         - A relationship the episode says has ended (has left, no longer, former, cancelled, until a past date) gets invalid_at: the date it ended, or the REFERENCE TIME when no date is given. \"X left A and joined B\" states two facts: X with A (ended) and X with B (started).\n\
          - valid_at: when the relationship started to hold; invalid_at: when it stopped. Resolve relative dates (such as last Tuesday or next month) against the REFERENCE TIME. Write ISO 8601 in UTC, e.g. YYYY-MM-DDTHH:MM:SSZ; a date alone means 00:00:00Z, a year alone January 1st. When the episode states the relationship as currently true without a start, use the reference time as valid_at. Use null when the episode gives no time.\n\
          - Only facts the current episode states or clearly implies; previous episodes only help to resolve references. No duplicates.\n\
          - Write the JSON compactly on one line.\n\n\
@@ -716,7 +717,16 @@ pub async fn extract_facts(
                 .map(|x| parse_time(Some(x)).ok().flatten())
                 .unwrap_or(None)
         };
-        let (valid_at, mut invalid_at) = (parse(&f.valid_at), parse(&f.invalid_at));
+        let (mut valid_at, mut invalid_at) = (parse(&f.valid_at), parse(&f.invalid_at));
+        if invalid_at.is_none() && crate::text::states_an_end(text) {
+            // The text says it ended and the model gave no end: it had
+            // ended by the episode's time. A start at that very time is
+            // the prompt's default for a current fact, not a start.
+            invalid_at = Some(episode.reference_time);
+            if valid_at == invalid_at {
+                valid_at = None;
+            }
+        }
         if let (Some(v), Some(i)) = (valid_at, invalid_at)
             && i < v
         {

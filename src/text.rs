@@ -296,8 +296,66 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     None
 }
 
+/// Phrases with which a sentence says a relationship has ended.
+const END_PHRASES: [&str; 16] = [
+    "no longer",
+    "has left",
+    "have left",
+    "had left",
+    "left",
+    "former",
+    "formerly",
+    "used to",
+    "ended",
+    "ceased",
+    "stopped",
+    "terminated",
+    "cancelled",
+    "canceled",
+    "resigned",
+    "quit",
+];
+
+/// Whether a fact sentence says its relationship has ended ("is no longer
+/// employed by", "has left", "the contract was cancelled"), by whole
+/// words. A future end ("until next year") is not an end yet.
+pub fn states_an_end(fact: &str) -> bool {
+    let words: Vec<String> = fact
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    END_PHRASES.iter().any(|p| {
+        let phrase: Vec<&str> = p.split(' ').collect();
+        words
+            .windows(phrase.len())
+            .any(|w| w.iter().zip(&phrase).all(|(a, b)| a == b))
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ended_relationships_are_told_by_whole_words() {
+        for f in [
+            "Dana Whitcombe is no longer employed by Acme Corp",
+            "Priya Raman has left Brightline",
+            "Sam left Acme in March",
+            "The MSA between Acme and Brightline was cancelled",
+            "Lee is a former employee of Globex",
+        ] {
+            assert!(states_an_end(f), "{f}");
+        }
+        for f in [
+            "Dana works for Acme Corp",
+            "Acme's leftover stock ships to Brightline",
+            "Brightline endorsed the order",
+            "Lee works at Globex until next year",
+        ] {
+            assert!(!states_an_end(f), "{f}");
+        }
+    }
+
     #[test]
     fn dates_amounts_quantities_and_statuses_are_told_from_names() {
         for (name, kind) in [

@@ -40,9 +40,11 @@ pub struct FactResolution {
 ///
 /// Every other fact (other families, or no `valid_at`) is a duplicate of
 /// an unexpired edge with the same endpoints, relation type and alike
-/// text, committed or earlier in this run, and folds into it; nothing is
-/// invalidated without an LLM judgement there (see
-/// [`contradiction_candidates`]). Nothing is deleted.
+/// text, committed or earlier in this run, and folds into it; a fact with
+/// an `invalid_at` (the relationship ended) folds into such an edge
+/// whatever its text, and so ends it. Nothing else is invalidated without
+/// an LLM judgement there (see [`contradiction_candidates`]). Nothing is
+/// deleted.
 ///
 /// What cannot converge: a committed edge already holds every restatement
 /// it folded, without their times, so a fact to another target that
@@ -130,10 +132,16 @@ pub fn resolve_facts(
             }
             continue;
         }
+        // A fact that says the relationship ended ("has left", "no longer")
+        // ends the live edge of the same endpoints and type whatever its
+        // wording: it is about that edge.
+        let ends = e.invalid_at.is_some();
         let found = seen.get(&key(e)).and_then(|slots| {
             slots
                 .iter()
-                .find(|(r, t)| alike(t, &text, duplicate_similarity) && overlap(sweep.get(*r), e))
+                .find(|(r, t)| {
+                    (ends || alike(t, &text, duplicate_similarity)) && overlap(sweep.get(*r), e)
+                })
                 .map(|(r, _)| *r)
         });
         match found {
@@ -834,6 +842,30 @@ mod fact_tests {
             assert_eq!(committed[0].expired_at, Some(now));
             assert!(r.changed_committed.contains("c"));
         }
+    }
+
+    #[test]
+    fn a_fact_that_the_relationship_ended_ends_the_live_edge_whatever_its_wording() {
+        let year = |y| Some(Utc.with_ymd_and_hms(y, 1, 1, 0, 0, 0).unwrap());
+        let mut committed = vec![edge("c", "acme", Some(2020))];
+        committed[0].fact = "Dana works for Acme".into();
+        let mut new = vec![edge("n", "acme", None)];
+        new[0].fact = "Dana is no longer employed by Acme".into();
+        new[0].invalid_at = year(2024);
+        let now = Utc::now();
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, now);
+        assert_eq!((r.duplicates, r.invalidated), (1, 1));
+        assert!(new.is_empty(), "the end folds into the edge it ends");
+        assert_eq!(committed[0].invalid_at, year(2024));
+        assert_eq!(committed[0].expired_at, Some(now));
+        // Without an end, different wording is a different fact.
+        let mut committed = vec![edge("c", "acme", Some(2020))];
+        committed[0].fact = "Dana works for Acme".into();
+        let mut new = vec![edge("n", "acme", None)];
+        new[0].fact = "Dana leads the Acme account team".into();
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, now);
+        assert_eq!((r.duplicates, r.invalidated), (0, 0));
+        assert_eq!(committed[0].invalid_at, None);
     }
 
     #[test]
