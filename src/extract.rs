@@ -447,6 +447,8 @@ pub async fn extract_entities(
             .trim_matches(|c: char| c == '"' || c == '\'')
             .trim()
             .to_string();
+        // A name with a code keeps the code as the episode writes it.
+        let name = crate::text::as_written(&name, &episode.content);
         let normalized = normalize_name(&name);
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractEntities,

@@ -296,6 +296,41 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     None
 }
 
+/// The name as the text writes it, for a name that carries a code: when
+/// `text` does not hold `name` (ignoring case) but holds exactly one of its
+/// code-like words (letters and digits, such as `OF-601` or `PO4471`) as
+/// written, that word is the name ("Order form OF-601" → "OF-601"). Any
+/// other name is kept.
+pub fn as_written(name: &str, text: &str) -> String {
+    if text.to_lowercase().contains(&name.to_lowercase()) {
+        return name.to_string();
+    }
+    let is_code = |w: &str| {
+        w.chars().count() >= 3
+            && w.chars().any(|c| c.is_ascii_digit())
+            && w.chars().any(char::is_alphabetic)
+            && w.chars()
+                .all(|c| c.is_alphanumeric() || c == '-' || c == '/' || c == '_')
+    };
+    let codes: Vec<&str> = name
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
+        .filter(|w| is_code(w))
+        .filter(|w| {
+            text.match_indices(*w).any(|(i, _)| {
+                let before = text[..i].chars().next_back();
+                let after = text[i + w.len()..].chars().next();
+                !before.is_some_and(char::is_alphanumeric)
+                    && !after.is_some_and(char::is_alphanumeric)
+            })
+        })
+        .collect();
+    match codes.as_slice() {
+        [one] => one.to_string(),
+        _ => name.to_string(),
+    }
+}
+
 /// Phrases with which a sentence says a relationship has ended.
 const END_PHRASES: [&str; 16] = [
     "no longer",
@@ -335,6 +370,25 @@ pub fn states_an_end(fact: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_code_bearing_name_is_the_code_as_the_text_writes_it() {
+        let text = "Please countersign OF-601 by Friday; PO-4471 is still open.";
+        assert_eq!(as_written("Order form OF-601", text), "OF-601");
+        assert_eq!(as_written("Purchase order PO-4471", text), "PO-4471");
+        // Written as the text writes it: kept.
+        let text2 = "The Order form OF-601 was signed.";
+        assert_eq!(as_written("Order form OF-601", text2), "Order form OF-601");
+        // No code in the text, two codes, or no code at all: kept.
+        assert_eq!(as_written("Order form OF-602", text), "Order form OF-602");
+        assert_eq!(
+            as_written("OF-601 and PO-4471", "OF-601, PO-4471"),
+            "OF-601 and PO-4471"
+        );
+        assert_eq!(as_written("Acme Corporation", text), "Acme Corporation");
+        // A code inside a longer word of the text does not count.
+        assert_eq!(as_written("Order OF-60", text), "Order OF-60");
+    }
+
     #[test]
     fn ended_relationships_are_told_by_whole_words() {
         for f in [
