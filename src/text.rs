@@ -302,9 +302,6 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
 /// written, that word is the name ("Order form OF-601" → "OF-601"). Any
 /// other name is kept.
 pub fn as_written(name: &str, text: &str) -> String {
-    if text.to_lowercase().contains(&name.to_lowercase()) {
-        return name.to_string();
-    }
     let is_code = |w: &str| {
         w.chars().count() >= 3
             && w.chars().any(|c| c.is_ascii_digit())
@@ -325,8 +322,9 @@ pub fn as_written(name: &str, text: &str) -> String {
             })
         })
         .collect();
+    // Most names hold no code: the text is only lowercased for the rest.
     match codes.as_slice() {
-        [one] => one.to_string(),
+        [one] if !text.to_lowercase().contains(&name.to_lowercase()) => one.to_string(),
         _ => name.to_string(),
     }
 }

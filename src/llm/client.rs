@@ -302,9 +302,7 @@ fn mode_level(m: StructuredOutput) -> u8 {
 /// What one HTTP exchange produced.
 struct Exchange {
     body: Value,
-    attempts: u32,
-    http_time: Duration,
-    wait_time: Duration,
+    spent: Spent,
     /// The most tokens the call can have used (see [`reported_tokens`]).
     token_bound: u64,
 }
@@ -317,14 +315,6 @@ struct Exchange {
 /// (u64::MAX tokens) and overflow the run's token totals.
 fn reported_tokens(value: &Value, bound: u64) -> Option<u64> {
     value.as_u64().map(|n| n.min(bound))
-}
-
-/// What a chat call spent, for its accounting row.
-struct Outcome {
-    usage: Usage,
-    attempts: u32,
-    http_time: Duration,
-    wait_time: Duration,
 }
 
 /// What one attempt of an exchange came to.
@@ -343,9 +333,24 @@ enum Attempt {
 /// Why an exchange failed, with the counts spent on it.
 struct ExchangeError {
     error: LlmError,
+    spent: Spent,
+}
+
+/// What a call spent: HTTP attempts, time in exchanges, and time waiting
+/// for the budget, a free slot or a backoff (its `llm_calls` columns).
+#[derive(Debug, Clone, Copy, Default)]
+struct Spent {
     attempts: u32,
     http_time: Duration,
     wait_time: Duration,
+}
+
+impl std::ops::AddAssign for Spent {
+    fn add_assign(&mut self, other: Spent) {
+        self.attempts += other.attempts;
+        self.http_time += other.http_time;
+        self.wait_time += other.wait_time;
+    }
 }
 
 impl LlmClient {
@@ -503,14 +508,14 @@ impl LlmClient {
         est_tokens: u64,
         level: Option<u8>,
     ) -> Result<Exchange, ExchangeError> {
-        let mut attempts = 0;
-        let mut http_time = Duration::ZERO;
-        let mut wait_time = Duration::ZERO;
+        let mut spent = Spent::default();
         let mut last = String::new();
         let url = self.url(endpoint);
         let body_bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
-        while attempts < self.settings.retry.max_attempts {
-            attempts += 1;
+        let max_attempts = self.settings.retry.max_attempts;
+        while spent.attempts < max_attempts {
+            spent.attempts += 1;
+            let attempts = spent.attempts;
             let waited = Instant::now();
             let admitted = match self.in_flight.acquire().await {
                 Ok(permit) => self
@@ -523,19 +528,12 @@ impl LlmClient {
             };
             let (permit, reservation) = match admitted {
                 Ok(a) => a,
-                Err(error) => {
-                    return Err(ExchangeError {
-                        error,
-                        attempts,
-                        http_time,
-                        wait_time,
-                    });
-                }
+                Err(error) => return Err(ExchangeError { error, spent }),
             };
-            wait_time += waited.elapsed();
+            spent.wait_time += waited.elapsed();
             let started = Instant::now();
             let outcome = self.send_once(&url, body).await;
-            http_time += started.elapsed();
+            spent.http_time += started.elapsed();
             drop(permit);
             let retry_after = match self
                 .judge(stage, outcome, &reservation, body_bytes, level)
@@ -544,36 +542,24 @@ impl LlmClient {
                 Attempt::Done(body, token_bound) => {
                     return Ok(Exchange {
                         body,
-                        attempts,
-                        http_time,
-                        wait_time,
+                        spent,
                         token_bound,
                     });
                 }
                 Attempt::Downgrade(error) => {
                     // Not a transient failure: the next attempt uses a
-                    // format the server accepts, at once.
-                    return Err(ExchangeError {
-                        error,
-                        attempts: attempts - 1,
-                        http_time,
-                        wait_time,
-                    });
+                    // format the server accepts, at once (and this one
+                    // does not count).
+                    spent.attempts -= 1;
+                    return Err(ExchangeError { error, spent });
                 }
-                Attempt::Fatal(error) => {
-                    return Err(ExchangeError {
-                        error,
-                        attempts,
-                        http_time,
-                        wait_time,
-                    });
-                }
+                Attempt::Fatal(error) => return Err(ExchangeError { error, spent }),
                 Attempt::Retry(why, retry_after) => {
                     last = why;
                     retry_after
                 }
             };
-            if attempts >= self.settings.retry.max_attempts {
+            if attempts >= max_attempts {
                 break;
             }
             let wait = match retry_after {
@@ -582,34 +568,26 @@ impl LlmClient {
                         "{last}; the server asked to wait {}s, longer than graphloom waits",
                         w.as_secs()
                     );
-                    return Err(ExchangeError {
-                        error: LlmError::Exhausted {
-                            stage,
-                            attempts,
-                            last,
-                        },
+                    let error = LlmError::Exhausted {
+                        stage,
                         attempts,
-                        http_time,
-                        wait_time,
-                    });
+                        last,
+                    };
+                    return Err(ExchangeError { error, spent });
                 }
                 Some(w) => w,
                 None => self.backoff(attempts),
             };
             tracing::debug!("{stage}: attempt {attempts} failed ({last}); retrying in {wait:?}");
             tokio::time::sleep(wait).await;
-            wait_time += wait;
+            spent.wait_time += wait;
         }
-        Err(ExchangeError {
-            error: LlmError::Exhausted {
-                stage,
-                attempts,
-                last,
-            },
-            attempts,
-            http_time,
-            wait_time,
-        })
+        let error = LlmError::Exhausted {
+            stage,
+            attempts: spent.attempts,
+            last,
+        };
+        Err(ExchangeError { error, spent })
     }
 
     /// One HTTP request: status, body and the server's retry hint, or why
@@ -793,10 +771,8 @@ impl LlmClient {
             model,
             item,
             Usage::default(),
-            0,
+            Spent::default(),
             false,
-            Duration::ZERO,
-            Duration::ZERO,
             Some(&error),
         ));
         error
@@ -817,10 +793,8 @@ impl LlmClient {
         model: &str,
         item: Option<&String>,
         usage: Usage,
-        attempts: u32,
+        spent: Spent,
         cache_hit: bool,
-        http_time: Duration,
-        wait_time: Duration,
         error: Option<&LlmError>,
     ) -> LlmCallRow {
         LlmCallRow {
@@ -831,9 +805,9 @@ impl LlmClient {
             item: item.cloned(),
             prompt_tokens: usage.prompt_tokens as i64,
             completion_tokens: usage.completion_tokens as i64,
-            latency_ms: http_time.as_millis() as i64,
-            wait_ms: wait_time.as_millis() as i64,
-            attempts: attempts as i64,
+            latency_ms: spent.http_time.as_millis() as i64,
+            wait_ms: spent.wait_time.as_millis() as i64,
+            attempts: spent.attempts as i64,
             cache_hit,
             status: match error {
                 None => "ok".to_string(),
@@ -905,7 +879,7 @@ impl LlmClient {
 
         let mut messages = req.messages.clone();
         let mut usage = Usage::default();
-        let (mut attempts, mut http_time, mut wait_time) = (0u32, Duration::ZERO, Duration::ZERO);
+        let mut spent = Spent::default();
         let mut repaired = false;
         let result: Result<(T, String, Vec<String>), LlmError> = loop {
             let body = self.chat_body(&messages, schema, req.max_tokens, level);
@@ -916,9 +890,7 @@ impl LlmClient {
             {
                 Ok(x) => x,
                 Err(e) => {
-                    attempts += e.attempts;
-                    http_time += e.http_time;
-                    wait_time += e.wait_time;
+                    spent += e.spent;
                     let now = self.mode.load(Ordering::SeqCst);
                     if now > level && matches!(e.error, LlmError::Refused { status: 400, .. }) {
                         level = now;
@@ -928,9 +900,7 @@ impl LlmClient {
                     break Err(e.error);
                 }
             };
-            attempts += exchange.attempts;
-            http_time += exchange.http_time;
-            wait_time += exchange.wait_time;
+            spent += exchange.spent;
             let b = &exchange.body;
             let bound = exchange.token_bound;
             usage.prompt_tokens = usage.prompt_tokens.saturating_add(
@@ -974,13 +944,7 @@ impl LlmClient {
                 }
             }
         };
-        let outcome = Outcome {
-            usage,
-            attempts,
-            http_time,
-            wait_time,
-        };
-        self.finish(&req, &key, result, outcome).await
+        self.finish(&req, &key, result, usage, spent).await
     }
 
     /// A cached reply to `req` that still parses within `schema`, recorded
@@ -1002,10 +966,8 @@ impl LlmClient {
             &hit.model,
             req.item.as_ref(),
             usage,
-            0,
+            Spent::default(),
             true,
-            Duration::ZERO,
-            Duration::ZERO,
             None,
         ));
         Some(ChatReply {
@@ -1023,18 +985,17 @@ impl LlmClient {
         req: &ChatRequest,
         key: &str,
         result: Result<(T, String, Vec<String>), LlmError>,
-        o: Outcome,
+        usage: Usage,
+        spent: Spent,
     ) -> Result<ChatReply<T>, LlmError> {
         let error = result.as_ref().err();
         let row = self.row(
             req.stage,
             &self.settings.model,
             req.item.as_ref(),
-            o.usage,
-            o.attempts,
+            usage,
+            spent,
             false,
-            o.http_time,
-            o.wait_time,
             error,
         );
         let (value, content, dropped) = match result {
@@ -1047,8 +1008,8 @@ impl LlmClient {
         if let Some(cache) = &self.cache {
             let reply = CachedReply {
                 content: Value::String(content),
-                prompt_tokens: o.usage.prompt_tokens,
-                completion_tokens: o.usage.completion_tokens,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
                 model: self.settings.model.clone(),
             };
             cache.put(key, &reply).await;
@@ -1056,9 +1017,9 @@ impl LlmClient {
         self.record(row);
         Ok(ChatReply {
             value,
-            usage: o.usage,
+            usage,
             cache_hit: false,
-            attempts: o.attempts,
+            attempts: spent.attempts,
             dropped,
         })
     }
@@ -1101,10 +1062,8 @@ impl LlmClient {
                 &model,
                 Some(&format!("{hits} cached texts")),
                 Usage::default(),
-                0,
+                Spent::default(),
                 true,
-                Duration::ZERO,
-                Duration::ZERO,
                 None,
             ));
         }
@@ -1124,10 +1083,8 @@ impl LlmClient {
                         &model,
                         item.as_ref(),
                         Usage::default(),
-                        e.attempts,
+                        e.spent,
                         false,
-                        e.http_time,
-                        e.wait_time,
                         Some(&e.error),
                     ));
                     return Err(e.error);
@@ -1173,10 +1130,8 @@ impl LlmClient {
                     prompt_tokens,
                     completion_tokens: 0,
                 },
-                exchange.attempts,
+                exchange.spent,
                 false,
-                exchange.http_time,
-                exchange.wait_time,
                 error.as_ref(),
             ));
             if let Some(error) = error {

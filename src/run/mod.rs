@@ -18,7 +18,7 @@ use crate::llm::plan::StagePlan;
 use crate::llm::{CacheMode, LlmClient, LlmError, ResponseCache};
 use crate::ontology::Ontology;
 use crate::resolve::stage::{ResolveError, StageContext, StageOutput};
-use crate::rows::{FailureRow, LlmCallRow};
+use crate::rows::FailureRow;
 use crate::source::{self, Loaded, SourceError};
 use crate::spec::PipelineSpec;
 use crate::stage::{Stage, Timings};
@@ -354,63 +354,62 @@ async fn execute(
         .iter()
         .map(|&i| all[i].to_row(&run_id, now))
         .collect();
-    let calls = client.take_calls();
-    let stats = account(report, &client, &calls, &resolved);
+    report.resolved(&resolved);
     let changes = Changes {
         episodes,
         nodes: resolved.nodes,
         updated_node_ids: resolved.updated_node_ids,
         edges: resolved.edges,
         edges_changed: resolved.changed_edges > 0,
-        llm_calls: calls,
+        llm_calls: client.take_calls(),
         failures: [failures, resolved.failures].concat(),
     };
-    let stats = RunStats {
-        episodes_added: changes.episodes.len() as i64,
-        failures: changes.failures.len() as i64,
-        ..stats
-    };
-    report.episodes_added = changes.episodes.len();
-    for f in &changes.failures {
-        *report.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
-    }
-    report.failure_samples = changes.failures.iter().take(10).cloned().collect();
+    let stats = report.account(&client, &changes);
     report.timings.lap(Stage::Resolve, mark);
     Ok((changes, stats))
 }
 
-/// Fills the report's counts from the run's calls and resolution, and
-/// returns the `runs` row's counts that follow from them.
-fn account(
-    report: &mut RunReport,
-    client: &LlmClient,
-    calls: &[LlmCallRow],
-    resolved: &StageOutput,
-) -> RunStats {
-    let totals = client.totals(calls);
-    for c in calls {
-        *report.calls_by_stage.entry(c.stage.clone()).or_default() += 1;
+impl RunReport {
+    /// Takes resolution's counts.
+    fn resolved(&mut self, resolved: &StageOutput) {
+        self.nodes_added = resolved.nodes_added;
+        self.nodes_updated = resolved.updated_node_ids.len();
+        self.edges_added = resolved.edges_added;
+        self.ambiguous_entities = resolved.ambiguous;
+        self.adjudicated_merges = resolved.adjudicated;
+        self.duplicate_facts = resolved.duplicates;
+        self.invalidated_facts = resolved.invalidated;
     }
-    report.cache_hits = totals.cache_hits as usize;
-    report.prompt_tokens = totals.prompt_tokens;
-    report.completion_tokens = totals.completion_tokens;
-    report.cost_usd = totals.cost_usd;
-    report.nodes_added = resolved.nodes_added;
-    report.nodes_updated = resolved.updated_node_ids.len();
-    report.edges_added = resolved.edges_added;
-    report.ambiguous_entities = resolved.ambiguous;
-    report.adjudicated_merges = resolved.adjudicated;
-    report.duplicate_facts = resolved.duplicates;
-    report.invalidated_facts = resolved.invalidated;
-    RunStats {
-        episodes_seen: report.episodes_seen as i64,
-        episodes_skipped: report.episodes_skipped as i64,
-        nodes_added: resolved.nodes_added as i64,
-        edges_added: resolved.edges_added as i64,
-        llm_calls: calls.len() as i64,
-        prompt_tokens: totals.prompt_tokens as i64,
-        completion_tokens: totals.completion_tokens as i64,
-        cost_usd: totals.cost_usd,
-        ..RunStats::default()
+
+    /// Takes the counts of what the run commits, and returns the `runs`
+    /// row's counts.
+    fn account(&mut self, client: &LlmClient, changes: &Changes) -> RunStats {
+        let totals = client.totals(&changes.llm_calls);
+        for c in &changes.llm_calls {
+            *self.calls_by_stage.entry(c.stage.clone()).or_default() += 1;
+        }
+        self.cache_hits = totals.cache_hits as usize;
+        self.prompt_tokens = totals.prompt_tokens;
+        self.completion_tokens = totals.completion_tokens;
+        self.cost_usd = totals.cost_usd;
+        self.episodes_added = changes.episodes.len();
+        for f in &changes.failures {
+            *self.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
+        }
+        self.failure_samples = changes.failures.iter().take(10).cloned().collect();
+        RunStats {
+            episodes_seen: self.episodes_seen as i64,
+            episodes_skipped: self.episodes_skipped as i64,
+            episodes_added: changes.episodes.len() as i64,
+            nodes_added: self.nodes_added as i64,
+            edges_added: self.edges_added as i64,
+            failures: changes.failures.len() as i64,
+            llm_calls: changes.llm_calls.len() as i64,
+            prompt_tokens: totals.prompt_tokens as i64,
+            completion_tokens: totals.completion_tokens as i64,
+            cost_usd: totals.cost_usd,
+            // Known once the ontology is staged (Transaction::stage_changes).
+            ontology_hash: String::new(),
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use arrow::array::{Array, AsArray, StringArray};
 use arrow::datatypes::Int64Type;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::logical_expr::{JoinType, lit};
@@ -140,17 +140,16 @@ pub async fn unseen_episodes(
 ) -> Result<HashSet<String>> {
     let what = "the anti-join of the source's episodes with committed ones";
     let ids = Arc::new(StringArray::from(candidates.to_vec()));
-    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-        arrow::datatypes::Field::new("candidate_id", arrow::datatypes::DataType::Utf8, false),
-    ]));
-    let batch = RecordBatch::try_new(schema, vec![ids]).map_err(|e| step(what)(e.into()))?;
+    crate::scratch::register_column(ctx, "run_candidates", "candidate_id", ids)
+        .map_err(step(what))?;
     let committed = ctx
         .table(Table::Episodes.name())
         .await
         .and_then(|t| t.select_columns(&["episode_id"]))
         .map_err(step(what))?;
     let batches = ctx
-        .read_batch(batch)
+        .table("run_candidates")
+        .await
         .and_then(|c| {
             c.join(
                 committed,
