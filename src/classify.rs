@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::extract::{
-    AttributeOut, ExtractSpec, FactMention, Mention, Rejected, describe_edge_type, describe_type,
-    typed_attributes,
+    AttributeOut, Evidence, ExtractSpec, FactMention, Mention, Rejected, describe_edge_type,
+    describe_type, typed_attributes,
 };
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::ontology::Ontology;
@@ -297,7 +297,18 @@ pub async fn walk_entities(
                     .map(|t| t.properties.clone())
                     .unwrap_or_default();
                 // Properties of the new last type replace the parent's.
-                let mut attributes = typed_attributes(&props, &item.attributes);
+                // Grounded in what the walk showed: the name and its context
+                // (a code named by its value, PO-1, grounds itself).
+                let evidence =
+                    Evidence::of(&format!("{}\n{}", mentions[i].name, mentions[i].context));
+                let (mut attributes, ungrounded) =
+                    typed_attributes(&props, &item.attributes, &evidence);
+                rejected.extend(ungrounded.into_iter().map(|reason| Rejected {
+                    stage: Stage::ClassifyEntities,
+                    episode_id: mentions[i].episode_id.clone(),
+                    reason,
+                    excerpt: mentions[i].name.clone(),
+                }));
                 for (k, v) in &mentions[i].attributes {
                     if props.iter().any(|p| &p.name == k) {
                         attributes.entry(k.clone()).or_insert(v.clone());

@@ -18,7 +18,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
-use crate::ontology::{ENTITY_LABEL, EdgeTypeSpec, Ontology, PropertySpec, is_relation_type_name};
+use crate::ontology::{
+    ENTITY_LABEL, EdgeTypeSpec, Ontology, PropertySpec, PropertyType, is_relation_type_name,
+};
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
@@ -73,7 +75,7 @@ pub struct FactMention {
 impl FactMention {
     /// The relation type stored on the edge: the last type of the chain.
     pub fn relation_type(&self) -> &str {
-        self.chain.last().map_or("RELATES_TO", String::as_str)
+        self.chain.last().map_or(GENERIC_RELATION, String::as_str)
     }
 }
 
@@ -163,19 +165,75 @@ pub fn describe_edge_type(name: &str, t: &EdgeTypeSpec) -> String {
     format!("- {name}{allowed}: {}", t.description.trim())
 }
 
+/// What a model saw, for grounding the property values it writes: a value
+/// it could not have read there was made up (small models invent e-mail
+/// addresses and domains), and a made-up identity value would keep one
+/// entity's mentions apart.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    words: String,
+    numbers: Vec<f64>,
+}
+
+impl Evidence {
+    /// The evidence of `text`.
+    pub fn of(text: &str) -> Self {
+        Evidence {
+            words: crate::text::grounding_form(text),
+            numbers: crate::text::numbers_in(text),
+        }
+    }
+
+    /// Whether `value`, of `kind`, is written in the evidence: a text as
+    /// whole words after [`crate::text::grounding_form`] on both sides, a
+    /// number as a number of equal value. Dates and booleans are not
+    /// checked (a model resolves "next Monday" or reads "yes" off the
+    /// wording, which no spelling check can follow).
+    pub fn holds(&self, kind: PropertyType, value: &Value) -> bool {
+        match (kind, value) {
+            (PropertyType::Text, Value::String(v)) => {
+                let form = crate::text::grounding_form(v);
+                form.trim().is_empty() || self.words.contains(&form)
+            }
+            (PropertyType::Int | PropertyType::Float, v) => v.as_f64().is_none_or(|x| {
+                self.numbers
+                    .iter()
+                    .any(|n| (n - x).abs() <= 1e-9 * x.abs().max(1.0))
+            }),
+            _ => true,
+        }
+    }
+}
+
 /// Keeps the attributes a model gave that are properties of `properties`,
-/// coerced to their kind; the rest are dropped.
-pub fn typed_attributes(properties: &[PropertySpec], given: &[AttributeOut]) -> Map<String, Value> {
+/// coerced to their kind and written in `evidence`; the rest are dropped.
+/// Returns a note for each value dropped for not being in the evidence
+/// (other drops, unknown properties or uncoercible values, are silent).
+pub fn typed_attributes(
+    properties: &[PropertySpec],
+    given: &[AttributeOut],
+    evidence: &Evidence,
+) -> (Map<String, Value>, Vec<String>) {
     let mut out = Map::new();
+    let mut ungrounded = Vec::new();
     for a in given {
         let Some(p) = properties.iter().find(|p| p.name == a.name) else {
             continue;
         };
-        if let Some(v) = coerce_text(p.kind, &a.value) {
-            out.entry(p.name.clone()).or_insert(v);
+        let Some(v) = coerce_text(p.kind, &a.value) else {
+            continue;
+        };
+        if !evidence.holds(p.kind, &v) {
+            let shown: String = a.value.trim().chars().take(80).collect();
+            ungrounded.push(format!(
+                "`{}` = `{shown}` is not written in the text; not stored",
+                p.name
+            ));
+            continue;
         }
+        out.entry(p.name.clone()).or_insert(v);
     }
-    out
+    (out, ungrounded)
 }
 
 /// The part of `content` around the first occurrence of `name` (case
@@ -438,6 +496,8 @@ pub async fn extract_entities(
     let mut rejected = dropped(Stage::ExtractEntities, episode, reply.dropped);
     let mut seen: HashMap<String, usize> = HashMap::new();
     let type_words = &prompts.type_words;
+    // The model saw the episode and its context, as the request shows them.
+    let evidence = Evidence::of(&episode_block(episode, context, spec.context_chars));
     let lower = episode.content.to_lowercase();
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
@@ -509,11 +569,17 @@ pub async fn extract_entities(
             )));
             continue;
         }
-        let attributes = chain
+        let (attributes, ungrounded) = chain
             .last()
             .and_then(|t| ontology.entity_types.get(t))
-            .map(|t| typed_attributes(&t.properties, &e.attributes))
+            .map(|t| typed_attributes(&t.properties, &e.attributes, &evidence))
             .unwrap_or_default();
+        rejected.extend(ungrounded.into_iter().map(|reason| Rejected {
+            stage: Stage::ExtractEntities,
+            episode_id: episode.episode_id.clone(),
+            reason,
+            excerpt: name.clone(),
+        }));
         seen.insert(normalized, mentions.len());
         mentions.push(Mention {
             episode_id: episode.episode_id.clone(),
@@ -526,19 +592,41 @@ pub async fn extract_entities(
     Ok((mentions, rejected))
 }
 
+/// The edge types a fact call may name: every declared type when the
+/// spec folds the edge subtype choice into the call, else the top-level
+/// ones (subtypes are then chosen by the edge walk).
+fn fact_types(ontology: &Ontology, spec: &ExtractSpec) -> Vec<String> {
+    if spec.fold_edge_subtypes {
+        ontology.edge_tree.iter().map(|t| t.name.clone()).collect()
+    } else {
+        ontology
+            .edge_tree
+            .top_level()
+            .map(|t| t.name.clone())
+            .collect()
+    }
+}
+
 /// The system prompt of fact calls.
 fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     let mut types = String::new();
-    for t in ontology.edge_tree.top_level() {
-        if let Some(et) = ontology.edge_types.get(&t.name) {
-            let _ = writeln!(types, "{}", describe_edge_type(&t.name, et));
+    for name in fact_types(ontology, spec) {
+        if let Some(et) = ontology.edge_types.get(&name) {
+            let depth = ontology.edge_tree.get(&name).map_or(1, |n| n.depth);
+            let indent = "  ".repeat(depth - 1);
+            let _ = writeln!(types, "{indent}{}", describe_edge_type(&name, et));
         }
     }
+    let subtypes = if spec.fold_edge_subtypes && ontology.edge_tree.iter().any(|t| t.depth > 1) {
+        "\n         - An indented type is a more specific kind of the type above it: use it when the episode says which kind; otherwise the type above."
+    } else {
+        ""
+    };
     format!(
         "You read one episode from an organisation's records and the list of entities found in it, and state the facts the episode gives about relationships between two of those entities.\n\
          Rules:\n\
          - source and target: names copied exactly from ENTITIES; two different entities.\n\
-         - relation_type: one of the FACT TYPES when it fits, with the source and target types it names; otherwise a short verb phrase in SCREAMING_SNAKE_CASE.\n\
+         - relation_type: one of the FACT TYPES whose source → target types (in brackets) fit the two entities' types. When no fact type fits, a short lowercase verb phrase such as \"works with\".{subtypes}\n\
          - fact: one sentence that paraphrases what the episode says, using entity names instead of pronouns.\n\
          - A relationship the episode says has ended (has left, no longer, former, cancelled, until a past date) gets invalid_at: the date it ended, or the REFERENCE TIME when no date is given. \"X left A and joined B\" states two facts: X with A (ended) and X with B (started).\n\
          - valid_at: when the relationship started to hold; invalid_at: when it stopped. Resolve relative dates (such as last Tuesday or next month) against the REFERENCE TIME. Write ISO 8601 in UTC, e.g. YYYY-MM-DDTHH:MM:SSZ; a date alone means 00:00:00Z, a year alone January 1st. When the episode states the relationship as currently true without a start, use the reference time as valid_at. Use null when the episode gives no time.\n\
@@ -549,8 +637,80 @@ fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     )
 }
 
+/// A relation a model may write when no declared type fits: lowercase
+/// words, so that the grammar tells it apart from every declared
+/// (SCREAMING_SNAKE_CASE) type, and bounded (at most 6 words of 24).
+pub const FREE_RELATION_PATTERN: &str = "^[a-z]{1,24}( [a-z]{1,24}){0,5}$";
+
+/// The schema of one fact: one branch per declared type and
+/// `source_targets` pair, whose source and target are enums of the
+/// mentions whose types fit that pair, so a schema-constrained decoder can
+/// only name a declared type for endpoints it allows; and one branch for a
+/// free lowercase relation between any two mentions.
+fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention]) -> Value {
+    let time = json!({"anyOf": [{"type": "string", "maxLength": 64}, {"type": "null"}]});
+    let names = |wanted: &str| -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for m in mentions {
+            if ontology.entity_fits(m.type_name(), wanted) && !out.contains(&m.name.as_str()) {
+                out.push(&m.name);
+            }
+        }
+        out
+    };
+    let branch = |relation: Value, sources: Vec<&str>, targets: Vec<&str>| {
+        json!({
+            "type": "object",
+            "properties": {
+                "source": {"type": "string", "enum": sources},
+                "relation_type": relation,
+                "target": {"type": "string", "enum": targets},
+                "fact": {"type": "string", "maxLength": FACT_MAX_CHARS},
+                "valid_at": time,
+                "invalid_at": time
+            },
+            "required": ["source", "relation_type", "target", "fact", "valid_at", "invalid_at"],
+            "additionalProperties": false
+        })
+    };
+    let mut branches: Vec<Value> = Vec::new();
+    for name in fact_types(ontology, spec) {
+        let Some(et) = ontology.edge_types.get(&name) else {
+            continue;
+        };
+        let any = [(ENTITY_LABEL, ENTITY_LABEL)];
+        let pairs: Vec<(&str, &str)> = if et.source_targets.is_empty() {
+            any.to_vec()
+        } else {
+            et.source_targets
+                .iter()
+                .map(|p| (p.source.as_str(), p.target.as_str()))
+                .collect()
+        };
+        for (s, t) in pairs {
+            let (sources, targets) = (names(s), names(t));
+            let one_and_same = sources.len() == 1 && targets == sources;
+            if sources.is_empty() || targets.is_empty() || one_and_same {
+                continue;
+            }
+            let b = branch(json!({"type": "string", "enum": [name]}), sources, targets);
+            if !branches.contains(&b) {
+                branches.push(b);
+            }
+        }
+    }
+    let all = names(ENTITY_LABEL);
+    branches.push(branch(
+        json!({"type": "string", "pattern": FREE_RELATION_PATTERN, "maxLength": RELATION_MAX_CHARS}),
+        all.clone(),
+        all,
+    ));
+    json!({"anyOf": branches})
+}
+
 /// The request and reply schema of a fact call about `mentions`.
 fn fact_request(
+    ontology: &Ontology,
     system: &str,
     spec: &ExtractSpec,
     episode: &Episode,
@@ -561,31 +721,17 @@ fn fact_request(
     for m in mentions {
         let _ = writeln!(entities, "- {} ({})", m.name, m.type_name());
     }
-    let names: Vec<&str> = mentions.iter().map(|m| m.name.as_str()).collect();
     let user = format!(
         "ENTITIES:\n{entities}\n{}",
         episode_block(episode, context, spec.context_chars)
     );
-    let time = json!({"anyOf": [{"type": "string", "maxLength": 64}, {"type": "null"}]});
     let schema = json!({
         "type": "object",
         "properties": {
             "facts": {
                 "type": "array",
                 "maxItems": (FACTS_PER_ENTITY * mentions.len()).max(8),
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "source": {"type": "string", "enum": names},
-                        "target": {"type": "string", "enum": names},
-                        "relation_type": {"type": "string", "maxLength": RELATION_MAX_CHARS},
-                        "fact": {"type": "string", "maxLength": FACT_MAX_CHARS},
-                        "valid_at": time,
-                        "invalid_at": time
-                    },
-                    "required": ["source", "target", "relation_type", "fact", "valid_at", "invalid_at"],
-                    "additionalProperties": false
-                }
+                "items": fact_item_schema(ontology, spec, mentions)
             }
         },
         "required": ["facts"],
@@ -624,6 +770,41 @@ pub fn relation_type_of(text: &str) -> String {
     out
 }
 
+/// The relation type of a fact whose model named no declared type.
+pub const GENERIC_RELATION: &str = "RELATES_TO";
+
+/// The relation type a fact is stored under, and whether its endpoints are
+/// swapped. A declared type must allow the endpoint types (`source_targets`):
+/// as written; reversed (small models often reverse a direction they
+/// clearly mean); or else the nearest parent type that allows them; or
+/// else the fact is kept as [`GENERIC_RELATION`], so that no fact is lost
+/// to a server that ignores the reply schema. `None` only when the
+/// ontology declares the generic type itself and it does not fit either.
+fn fitting_relation(
+    ontology: &Ontology,
+    relation: &str,
+    source: &str,
+    target: &str,
+) -> Option<(String, bool)> {
+    let fit = |r: &str| {
+        if ontology.edge_allows(r, source, target) {
+            Some((r.to_string(), false))
+        } else if ontology.edge_allows(r, target, source) {
+            Some((r.to_string(), true))
+        } else {
+            None
+        }
+    };
+    match ontology.edge_tree.chain(relation) {
+        None => fit(relation).or_else(|| fit(GENERIC_RELATION)),
+        Some(chain) => chain
+            .iter()
+            .rev()
+            .find_map(|r| fit(r))
+            .or_else(|| fit(GENERIC_RELATION)),
+    }
+}
+
 /// Extracts the facts of one episode between its mentions. An episode with
 /// fewer than two mentions makes no call.
 pub async fn extract_facts(
@@ -638,7 +819,14 @@ pub async fn extract_facts(
     if mentions.len() < 2 {
         return Ok((Vec::new(), Vec::new()));
     }
-    let (request, schema) = fact_request(&prompts.fact_system, spec, episode, context, mentions);
+    let (request, schema) = fact_request(
+        ontology,
+        &prompts.fact_system,
+        spec,
+        episode,
+        context,
+        mentions,
+    );
     let reply = within_budget(
         spec,
         Stage::ExtractFacts,
@@ -688,28 +876,28 @@ pub async fn extract_facts(
         }
         let mut relation = relation_type_of(&f.relation_type);
         if relation.is_empty() || !is_relation_type_name(&relation) {
-            relation = "RELATES_TO".into();
+            relation = GENERIC_RELATION.into();
         }
-        let (mut s, mut t) = (s, t);
-        if let Some(node) = ontology.edge_tree.get(&relation) {
-            let (st, tt) = (mentions[s].type_name(), mentions[t].type_name());
-            if !ontology.edge_allows(&relation, st, tt) {
-                if ontology.edge_allows(&relation, tt, st) {
-                    // Small models often reverse a direction they clearly
-                    // mean; the declared signature settles it.
-                    std::mem::swap(&mut s, &mut t);
-                } else {
-                    rejected.push(reject(format!(
-                        "`{relation}` does not allow {st} → {tt}; fact dropped"
-                    )));
-                    continue;
-                }
+        let (st, tt) = (mentions[s].type_name(), mentions[t].type_name());
+        let (fitted, swap) = match fitting_relation(ontology, &relation, st, tt) {
+            Some(fit) => fit,
+            None => {
+                rejected.push(reject(format!(
+                    "`{relation}` does not allow {st} → {tt}, and neither does {GENERIC_RELATION}; fact dropped"
+                )));
+                continue;
             }
-            if node.parent.is_some() {
-                // A subtype named directly still gets its whole chain.
-                relation = node.name.clone();
-            }
+        };
+        if fitted != relation {
+            // Kept, under a type that allows its endpoints; the row says
+            // what the model wrote (only a server that ignores the reply
+            // schema lets this happen).
+            rejected.push(reject(format!(
+                "`{relation}` does not allow {st} → {tt}; kept as {fitted}"
+            )));
         }
+        let relation = fitted;
+        let (s, t) = if swap { (t, s) } else { (s, t) };
         let chain = ontology
             .edge_tree
             .chain(&relation)
@@ -767,6 +955,216 @@ mod tests {
         assert_eq!(relation_type_of("EMPLOYED_BY"), "EMPLOYED_BY");
         assert_eq!(relation_type_of("3rd party of"), "R_3RD_PARTY_OF");
         assert_eq!(relation_type_of("  "), "");
+    }
+
+    fn hr() -> Ontology {
+        let spec: crate::ontology::OntologySpec = toml::from_str(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            [[entity_types]]
+            name = "Team"
+            description = "A team."
+            [[edge_types]]
+            name = "WORKS_FOR"
+            description = "Works for a company."
+            source_targets = [{ source = "Person", target = "Company" }]
+            [[edge_types]]
+            name = "CONTRACTS_FOR"
+            description = "Works for a company under contract."
+            source_targets = [{ source = "Person", target = "Company" }]
+            [[edge_types]]
+            name = "RESPONSIBLE_FOR"
+            description = "Answers for something."
+            source_targets = [{ source = "Person", target = "Team" }, { source = "Team", target = "Company" }]
+            [edge_type_hierarchy]
+            WORKS_FOR = { CONTRACTS_FOR = {} }
+            "#,
+        )
+        .expect("ontology spec");
+        Ontology::try_from(&spec).expect("valid ontology")
+    }
+
+    fn mention(name: &str, kind: &str) -> Mention {
+        Mention {
+            episode_id: "e".into(),
+            name: name.into(),
+            chain: vec![kind.into()],
+            attributes: Map::new(),
+            context: String::new(),
+        }
+    }
+
+    /// (relation, sources, targets) of each branch of a fact item schema.
+    fn branches(schema: &Value) -> Vec<(String, Vec<String>, Vec<String>)> {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        schema["anyOf"]
+            .as_array()
+            .expect("anyOf")
+            .iter()
+            .map(|b| {
+                let p = &b["properties"];
+                let relation = strings(&p["relation_type"]["enum"])
+                    .pop()
+                    .unwrap_or_else(|| "(free)".into());
+                (
+                    relation,
+                    strings(&p["source"]["enum"]),
+                    strings(&p["target"]["enum"]),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fact_schema_offers_a_declared_type_only_for_endpoints_it_allows() {
+        let onto = hr();
+        let mentions = [
+            mention("Dana", "Person"),
+            mention("Acme", "Company"),
+            mention("Globex", "Company"),
+        ];
+        let folded = ExtractSpec::default();
+        let got = branches(&fact_item_schema(&onto, &folded, &mentions));
+        let (dana, companies) = (
+            vec!["Dana".to_string()],
+            vec!["Acme".to_string(), "Globex".into()],
+        );
+        let all: Vec<String> = mentions.iter().map(|m| m.name.clone()).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("WORKS_FOR".into(), dana.clone(), companies.clone()),
+                ("CONTRACTS_FOR".into(), dana, companies),
+                // RESPONSIBLE_FOR needs a team on one side: no branch.
+                ("(free)".into(), all.clone(), all),
+            ]
+        );
+        let top = ExtractSpec {
+            fold_edge_subtypes: false,
+            ..ExtractSpec::default()
+        };
+        let names: Vec<String> = branches(&fact_item_schema(&onto, &top, &mentions))
+            .into_iter()
+            .map(|b| b.0)
+            .collect();
+        assert_eq!(
+            names,
+            ["WORKS_FOR", "(free)"],
+            "subtypes are left to the walk"
+        );
+    }
+
+    #[test]
+    fn the_free_relation_cannot_spell_a_declared_type() {
+        let re = regex::Regex::new(FREE_RELATION_PATTERN).expect("pattern");
+        assert!(re.is_match("works with") && re.is_match("reports to"));
+        for declared in ["WORKS_FOR", "Works for", "works_for", ""] {
+            assert!(!re.is_match(declared), "{declared}");
+        }
+        assert!(!re.is_match("a ".repeat(7).trim_end()), "at most six words");
+    }
+
+    #[test]
+    fn a_declared_type_that_does_not_fit_keeps_its_fact_under_one_that_does() {
+        let onto = hr();
+        let fit = |r: &str, s: &str, t: &str| fitting_relation(&onto, r, s, t);
+        assert_eq!(
+            fit("WORKS_FOR", "Person", "Company"),
+            Some(("WORKS_FOR".into(), false))
+        );
+        assert_eq!(
+            fit("WORKS_FOR", "Company", "Person"),
+            Some(("WORKS_FOR".into(), true)),
+            "a reversed direction is turned round"
+        );
+        assert_eq!(
+            fit("CONTRACTS_FOR", "Company", "Company"),
+            Some((GENERIC_RELATION.into(), false)),
+            "neither the subtype nor its parent fits"
+        );
+        assert_eq!(
+            fit("RESPONSIBLE_FOR", "Team", "Company"),
+            Some(("RESPONSIBLE_FOR".into(), false)),
+            "any pair of the list counts"
+        );
+        assert_eq!(
+            fit("WORKS_WITH", "Company", "Company"),
+            Some(("WORKS_WITH".into(), false))
+        );
+    }
+
+    #[test]
+    fn a_property_value_is_kept_only_when_the_text_writes_it() {
+        let props = [
+            PropertySpec {
+                name: "email".into(),
+                kind: PropertyType::Text,
+                description: String::new(),
+                may_change: true,
+            },
+            PropertySpec {
+                name: "amount".into(),
+                kind: PropertyType::Float,
+                description: String::new(),
+                may_change: false,
+            },
+            PropertySpec {
+                name: "signed_on".into(),
+                kind: PropertyType::Date,
+                description: String::new(),
+                may_change: false,
+            },
+        ];
+        let evidence = Evidence::of(
+            "Dana (Dana.Whitcombe@Northwind.test) signed on 1 March for USD 1,250.50.",
+        );
+        let given = |pairs: &[(&str, &str)]| -> Vec<AttributeOut> {
+            pairs
+                .iter()
+                .map(|(n, v)| AttributeOut {
+                    name: n.to_string(),
+                    value: v.to_string(),
+                })
+                .collect()
+        };
+        let (kept, notes) = typed_attributes(
+            &props,
+            &given(&[
+                ("email", "dana.whitcombe@northwind.test"),
+                ("amount", "1250.5"),
+                ("signed_on", "2025-03-01"),
+            ]),
+            &evidence,
+        );
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(notes.is_empty(), "{notes:?}");
+        let (kept, notes) = typed_attributes(
+            &props,
+            &given(&[("email", "dwhitcombe@example.com"), ("amount", "1250")]),
+            &evidence,
+        );
+        assert!(kept.is_empty(), "made-up values are not stored: {kept:?}");
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes[0].contains("`email` = `dwhitcombe@example.com` is not written"),
+            "{notes:?}"
+        );
+        // Whole words only: a fragment of a word is not the word.
+        let (kept, _) = typed_attributes(&props, &given(&[("email", "orthwind")]), &evidence);
+        assert!(kept.is_empty());
     }
 
     #[test]

@@ -296,6 +296,52 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     None
 }
 
+/// Text as attribute grounding compares it: lower case, letters and
+/// digits kept, every other run of characters one space, with a space at
+/// each end so that a value matches whole words only ("acme com" is in
+/// " dana acme com ", "cme" is not).
+pub fn grounding_form(text: &str) -> String {
+    let mut out = String::from(" ");
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with(' ') {
+            out.push(' ');
+        }
+    }
+    if !out.ends_with(' ') {
+        out.push(' ');
+    }
+    out
+}
+
+/// The numbers written in `text`: runs of digits with `.` or `,` inside
+/// (thousands separators are dropped: "1,250.50" is 1250.5).
+pub fn numbers_in(text: &str) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut run = String::new();
+    let mut flush = |run: &mut String| {
+        let cleaned: String = run
+            .trim_end_matches(['.', ','])
+            .chars()
+            .filter(|c| *c != ',')
+            .collect();
+        if let Ok(x) = cleaned.parse::<f64>() {
+            out.push(x);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_digit() || (!run.is_empty() && (c == '.' || c == ',')) {
+            run.push(c);
+        } else {
+            flush(&mut run);
+        }
+    }
+    flush(&mut run);
+    out
+}
+
 /// The name as the text writes it, for a name that carries a code: when
 /// `text` does not hold `name` (ignoring case) but holds exactly one of its
 /// code-like words (letters and digits, such as `OF-601` or `PO4471`) as
@@ -505,5 +551,19 @@ mod tests {
             "codes never match fuzzily"
         );
         assert_eq!(keys("Priya Raman"), keys("Priya Raman"), "deterministic");
+    }
+
+    #[test]
+    fn grounding_form_keeps_words_and_numbers_as_whole_tokens() {
+        assert_eq!(
+            grounding_form("Dana@Acme.test, Inc."),
+            " dana acme test inc "
+        );
+        assert_eq!(grounding_form(""), " ");
+        assert_eq!(
+            numbers_in("USD 1,250.50 for 40 units, ref 7."),
+            [1250.5, 40.0, 7.0]
+        );
+        assert!(numbers_in("no digits").is_empty());
     }
 }

@@ -264,15 +264,20 @@ fn group_salt(group: &str) -> u64 {
     h
 }
 
+/// Marks an identity property whose different values do not keep two
+/// mentions apart (`may_change`): its keys are `~property=value`.
+pub const MAY_CHANGE: char = '~';
+
 /// `property=value` keys of the identity properties present in a JSON
-/// object, values normalised like names. Unreadable JSON has none.
+/// object, values normalised like names. Unreadable JSON has none. A
+/// property named with [`MAY_CHANGE`] in front is looked up without it.
 pub fn identity_values(props: &[String], attributes: &str) -> Vec<String> {
     let Ok(serde_json::Value::Object(map)) = serde_json::from_str(attributes) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for p in props {
-        let value = match map.get(p) {
+        let value = match map.get(p.trim_start_matches(MAY_CHANGE)) {
             Some(serde_json::Value::String(v)) => normalize_name(v),
             Some(serde_json::Value::Null) | None => continue,
             Some(other) => normalize_name(&other.to_string()),
@@ -836,9 +841,9 @@ impl Clusters {
             (self.committed[ra], self.committed[rb]),
             (Some(x), Some(y)) if x != y
         );
-        let clash = self.identity[ra]
-            .iter()
-            .any(|(k, v)| self.identity[rb].get(k).is_some_and(|w| w != v));
+        let clash = self.identity[ra].iter().any(|(k, v)| {
+            !k.starts_with(MAY_CHANGE) && self.identity[rb].get(k).is_some_and(|w| w != v)
+        });
         !fuses && !clash && compatible(&self.chain[ra], &self.chain[rb])
     }
 
@@ -1242,5 +1247,31 @@ mod tests {
         assert!(!c.link(0, &to(Target::Node(9), &person, &["email=t c"])));
         assert!(c.link(0, &to(Target::Node(8), &person, &["email=t a"])));
         assert_eq!(c.stats.refused, 2);
+    }
+
+    #[test]
+    fn different_values_of_a_property_that_may_change_do_not_keep_mentions_apart() {
+        let person = chain(&["Person"]);
+        let mut c = Clusters::new(
+            vec![person.clone(), person.clone()],
+            vec![true, true],
+            vec![
+                vec!["~email=d northwind".into()],
+                vec!["~email=d acme".into()],
+            ],
+        );
+        assert!(
+            c.link(0, &to(Target::Mention(1), &person, &[])),
+            "a name match decides"
+        );
+        assert!(c.link(0, &to(Target::Node(7), &person, &["~email=d globex"])));
+        assert_eq!(c.stats.refused, 0);
+    }
+
+    #[test]
+    fn an_identity_property_that_may_change_is_read_without_its_mark() {
+        let props = vec!["~email".to_string(), "po_number".to_string()];
+        let got = identity_values(&props, r#"{"email": "D@Acme.test", "po_number": "PO-1"}"#);
+        assert_eq!(got, ["~email=d acme test", "po_number=po 1"]);
     }
 }

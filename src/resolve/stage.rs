@@ -185,7 +185,17 @@ async fn cluster_mentions(
         .entity_types
         .values()
         .filter(|t| !t.identity_properties.is_empty())
-        .map(|t| (t.name.clone(), t.identity_properties.clone()))
+        .map(|t| {
+            let props = t.identity_properties.iter().map(|name| {
+                let may_change = t.properties.iter().any(|p| &p.name == name && p.may_change);
+                if may_change {
+                    format!("{}{name}", crate::resolve::entities::MAY_CHANGE)
+                } else {
+                    name.clone()
+                }
+            });
+            (t.name.clone(), props.collect())
+        })
         .collect();
     let rs = cx.spec;
     let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, rs, &identity)

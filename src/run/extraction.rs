@@ -273,7 +273,12 @@ impl<'a> Extraction<'a> {
 
     /// The edge subtype walk; a fact's endpoints are typed by its
     /// episode's mentions.
+    /// Nothing to do when the fact call chose among every declared edge
+    /// type (`extract.fold_edge_subtypes`).
     pub(super) async fn classify_facts(&mut self) {
+        if self.shared.spec.fold_edge_subtypes {
+            return;
+        }
         let index_of: HashMap<&str, usize> = self
             .all
             .iter()

@@ -74,6 +74,10 @@ pub fn plan(
         (64, 100),
     ));
     stages.push(fact);
+    if spec.fold_edge_subtypes {
+        // The fact call already chose among the subtypes.
+        return stages;
+    }
     stages.extend(walk(
         Stage::ClassifyFacts,
         levels(&ontology.edge_tree),

@@ -23,6 +23,10 @@ pub struct ExtractSpec {
     pub call_budget_secs: u64,
     /// Most entities kept from one episode.
     pub max_entities_per_episode: usize,
+    /// Whether the fact call chooses among every declared edge type,
+    /// subtypes included, instead of the top-level ones followed by the
+    /// edge subtype walk.
+    pub fold_edge_subtypes: bool,
 }
 
 impl Default for ExtractSpec {
@@ -36,6 +40,7 @@ impl Default for ExtractSpec {
             fact_max_tokens: 1_600,
             call_budget_secs: 300,
             max_entities_per_episode: 40,
+            fold_edge_subtypes: true,
         }
     }
 }

@@ -48,6 +48,13 @@ pub struct PropertySpec {
     /// What the property holds; shown to the model.
     #[serde(default)]
     pub description: String,
+    /// Whether one entity may hold several values over time (an e-mail
+    /// address changes with the employer). As an identity property, an
+    /// equal value still identifies the entity, but two different values
+    /// no longer keep two mentions apart. Off for codes (order numbers),
+    /// whose different values mean different entities.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub may_change: bool,
 }
 
 /// A custom entity type.

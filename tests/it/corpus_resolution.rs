@@ -232,6 +232,15 @@ impl Oracle {
                 return Reply::json(&json!({"facts": []}));
             };
             let present = self.in_episode("entities", id);
+            // A faithful model names the most specific type the reply
+            // schema offers for the pair (every subtype when the fact call
+            // folds the edge walk in), and the top-level one otherwise.
+            let schema = req
+                .response_format
+                .as_ref()
+                .map(Value::to_string)
+                .unwrap_or_default();
+            let offered = |t: &Value| schema.contains(&format!("\"enum\":[{t}]"));
             let list: Vec<Value> = self
                 .in_episode("facts", id)
                 .into_iter()
@@ -245,7 +254,12 @@ impl Oracle {
                     Some(json!({
                         "source": self.written(s, content),
                         "target": self.written(t, content),
-                        "relation_type": f["chain"][0],
+                        "relation_type": f["chain"]
+                            .as_array()?
+                            .iter()
+                            .rev()
+                            .find(|t| offered(t))
+                            .unwrap_or(&f["chain"][0]),
                         "fact": Oracle::fact_text(f),
                         "valid_at": f["valid_at"],
                         "invalid_at": match self.ends {

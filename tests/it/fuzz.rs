@@ -1924,6 +1924,7 @@ fn properties() -> impl Strategy<Value = Vec<PropertySpec>> {
                 name: n.to_string(),
                 kind,
                 description: d,
+                may_change: false,
             }
         }),
         0..4,
@@ -2120,6 +2121,7 @@ fn fuzz_valid_ontologies_are_accepted_with_the_tree_as_written() {
                     name: "code".into(),
                     kind: PropertyType::Text,
                     description: String::new(),
+                    may_change: false,
                 }],
                 identity_properties: vec!["code".into()],
             });

@@ -29,7 +29,7 @@ this line is broken
 fn entities_for(text: &str) -> Value {
     let list = if text.contains("Brightline System shipped") {
         json!([{"name": "Brightline System", "type": "Company", "attributes": []}])
-    } else if text.contains("Dana Whitcombe (D. Whitcombe) wrote.") {
+    } else if text.contains("Dana Whitcombe (D. Whitcombe, dana@northwind.test) wrote.") {
         json!([{"name": "Dana Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "dana@northwind.test"}]},
                {"name": "D. Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "Dana@Northwind.test"}]}])
     } else if text.contains("Brightline Sys. invoiced") {
@@ -65,7 +65,7 @@ fn entities_for(text: &str) -> Value {
 }
 
 fn facts_for(text: &str) -> Value {
-    let list = if text.contains("Dana Whitcombe (D. Whitcombe) wrote.") {
+    let list = if text.contains("Dana Whitcombe (D. Whitcombe, dana@northwind.test) wrote.") {
         json!([{"source": "Dana Whitcombe", "target": "D. Whitcombe", "relation_type": "REPORTS_TO", "fact": "Dana Whitcombe reports to D. Whitcombe.", "valid_at": null, "invalid_at": null}])
     } else if text.contains("Brightline System shipped")
         || text.contains("Brightline Sys. invoiced")
@@ -212,6 +212,9 @@ async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
     spec.llm.backoff_max_ms = 2;
     spec.llm.max_concurrency = 4;
     spec.llm.extra_body = Default::default();
+    // These tests script the edge subtype walk; the fact call that folds
+    // it in has tests of its own.
+    spec.extract.fold_edge_subtypes = false;
     tweak(&mut spec);
     let store = GraphStore::open(
         dir.path().join("graph").to_str().expect("utf-8"),
@@ -1031,12 +1034,96 @@ async fn a_failed_adjudication_call_keeps_the_mention_apart_and_is_recorded() {
     );
 }
 
+/// (relation type, sources, targets) of each declared branch of a fact
+/// call's reply schema, and whether it has the free branch.
+fn fact_branches(
+    call: &graphloom::llm::test_server::Recorded,
+) -> (Vec<(String, Value, Value)>, bool) {
+    let schema = &call.body["response_format"]["json_schema"]["schema"];
+    let branches = schema["properties"]["facts"]["items"]["anyOf"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut declared = Vec::new();
+    let mut free = false;
+    for b in &branches {
+        let p = &b["properties"];
+        match p["relation_type"]["enum"][0].as_str() {
+            Some(r) => declared.push((
+                r.to_string(),
+                p["source"]["enum"].clone(),
+                p["target"]["enum"].clone(),
+            )),
+            None => free |= p["relation_type"]["pattern"].is_string(),
+        }
+    }
+    (declared, free)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fact_call_offers_each_declared_type_only_for_the_entities_its_source_targets_allow() {
+    let f = fixture(|s| s.extract.fold_edge_subtypes = true).await;
+    let report = run(&f).await;
+    assert_eq!(report.episodes_added, 4, "{report:?}");
+    let calls = stage_calls(&f.server, "state the facts");
+    let of = |needle: &str| {
+        calls
+            .iter()
+            .find(|c| {
+                c.body["messages"][1]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(needle)
+            })
+            .unwrap_or_else(|| panic!("no fact call about {needle}"))
+    };
+    // e4: a Person and a Company. Every employment type (the parent and
+    // both subtypes) pairs them; nothing that needs a Contract is offered.
+    let (declared, free) = fact_branches(of("Priya Raman joined Brightline"));
+    assert!(
+        free,
+        "a relationship no declared type covers has its own branch"
+    );
+    let names: Vec<&str> = declared.iter().map(|d| d.0.as_str()).collect();
+    assert_eq!(
+        names,
+        ["EMPLOYED_BY", "WORKS_FULL_TIME_FOR", "CONTRACTS_FOR"],
+        "{declared:?}"
+    );
+    for (_, sources, targets) in &declared {
+        assert_eq!(
+            (sources, targets),
+            (&json!(["Priya Raman"]), &json!(["Brightline Systems"]))
+        );
+    }
+    // e1: a Company and a Contract: only PARTY_TO, Company → Contract.
+    let (declared, _) = fact_branches(of("PO-1 for 40 laptops"));
+    assert_eq!(
+        declared,
+        [(
+            "PARTY_TO".to_string(),
+            json!(["Acme Corp"]),
+            json!(["PO-1"])
+        )],
+        "a Company and a Contract pair under PARTY_TO only"
+    );
+    // The subtype choice was the fact call's: no edge walk.
+    assert!(stage_calls(&f.server, "already classified as EMPLOYED_BY").is_empty());
+    assert_eq!(
+        report.calls_by_stage.get("classify_facts"),
+        None,
+        "{report:?}"
+    );
+    let edges = query(&f.store, "SELECT relation_type AS r FROM edges ORDER BY r").await;
+    assert!(edges.iter().any(|e| e["r"] == "EMPLOYED_BY"), "{edges:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fact_whose_ends_merge_into_one_node_is_dropped_with_a_failure_row() {
     let f = fixture(|_| {}).await;
     std::fs::write(
         &f.source_file,
-        "{\"id\": \"e12\", \"content\": \"Dana Whitcombe (D. Whitcombe) wrote.\", \"kind\": \"message\", \"reference_time\": \"2025-04-03T10:00:00Z\"}\n",
+        "{\"id\": \"e12\", \"content\": \"Dana Whitcombe (D. Whitcombe, dana@northwind.test) wrote.\", \"kind\": \"message\", \"reference_time\": \"2025-04-03T10:00:00Z\"}\n",
     )
     .expect("write");
     let report = run(&f).await;
