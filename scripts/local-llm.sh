@@ -53,7 +53,9 @@ DEFAULT_PORT=8093
 # compiling, generation speed collapses (measured ~50 -> 2-17 tokens/s).
 DEFAULT_THREADS=1
 ALIAS=local-llm
+# Context per slot: a fact prompt (~900 tokens) plus its reply bound (1600).
 CTX_SIZE=4096
+DEFAULT_PARALLEL=1
 START_TIMEOUT="${GRAPHLOOM_LLM_START_TIMEOUT:-180}"
 STOP_TIMEOUT=20
 
@@ -76,9 +78,10 @@ Commands:
         build llama-server with CMake, assemble the model GGUF and verify its
         size and sha256. Does nothing when the binary and the verified model
         are already there (use --verify to re-hash the model anyway).
-  start [--model 0.5b|1.5b] [--port PORT] [--threads N] [--embeddings]
-        Start llama-server on 127.0.0.1:PORT (alias "$ALIAS", -c $CTX_SIZE,
-        -np 1; --embeddings adds "--embeddings --pooling mean"), write a PID
+  start [--model 0.5b|1.5b] [--port PORT] [--threads N] [--parallel N] [--embeddings]
+        Start llama-server on 127.0.0.1:PORT (alias "$ALIAS", N slots decoded
+        together by continuous batching, $CTX_SIZE tokens of context each;
+        --embeddings adds "--embeddings --pooling mean"), write a PID
         file and a log file, and wait until GET /health answers 200
         (at most \$GRAPHLOOM_LLM_START_TIMEOUT s, default 180).
   stop  Stop the server recorded in the PID file.
@@ -89,7 +92,7 @@ Commands:
         Print export lines for graphloom (GRAPHLOOM_LLM_BASE_URL, ...):
         eval "\$(scripts/local-llm.sh env)"
 
-Defaults: --model $DEFAULT_MODEL, --port $DEFAULT_PORT, --threads $DEFAULT_THREADS
+Defaults: --model $DEFAULT_MODEL, --port $DEFAULT_PORT, --threads $DEFAULT_THREADS, --parallel $DEFAULT_PARALLEL
 (raise --threads only on an otherwise idle machine).
 
 Environment:
@@ -412,6 +415,7 @@ check_uint() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || die "$1 must be a pos
 
 cmd_start() {
   local model=$DEFAULT_MODEL port=$DEFAULT_PORT threads=$DEFAULT_THREADS embeddings=0
+  local parallel=$DEFAULT_PARALLEL
   while [ $# -gt 0 ]; do
     case "$1" in
       --model) [ $# -ge 2 ] || die "--model needs a value"; model=$2; shift 2 ;;
@@ -420,6 +424,8 @@ cmd_start() {
       --port=*) port=${1#--port=}; shift ;;
       --threads|-t) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2; shift 2 ;;
       --threads=*) threads=${1#--threads=}; shift ;;
+      --parallel|-np) [ $# -ge 2 ] || die "--parallel needs a value"; parallel=$2; shift 2 ;;
+      --parallel=*) parallel=${1#--parallel=}; shift ;;
       --embeddings) embeddings=1; shift ;;
       -h|--help) usage; exit 0 ;;
       *) die "start: unknown option '$1' (see --help)" ;;
@@ -427,6 +433,7 @@ cmd_start() {
   done
   check_uint --port "$port"; [ "$port" -le 65535 ] || die "--port must be at most 65535"
   check_uint --threads "$threads"
+  check_uint --parallel "$parallel"; [ "$parallel" -ge 1 ] || die "--parallel must be at least 1"
   pick_cache
   model_vars "$model"
   server_ready || die "llama-server is not built: run scripts/local-llm.sh setup --model $model"
@@ -445,13 +452,14 @@ cmd_start() {
   rm -f "$PID_FILE" "$STATE_FILE"
   port_in_use "$port" && die "port $port on 127.0.0.1 is already in use by another process"
 
-  local args=(-m "$M_PATH" --host 127.0.0.1 --port "$port" -c "$CTX_SIZE" -t "$threads"
-              -np 1 --alias "$ALIAS")
+  # llama-server splits -c across its slots: each slot keeps CTX_SIZE.
+  local args=(-m "$M_PATH" --host 127.0.0.1 --port "$port" -c "$((CTX_SIZE * parallel))" -t "$threads"
+              -np "$parallel" --alias "$ALIAS")
   [ "$embeddings" = 1 ] && args+=(--embeddings --pooling mean)
   # One log per start; the previous one is kept as .1.
   [ -f "$LOG_FILE" ] && mv -f "$LOG_FILE" "$LOG_FILE.1"
   echo "==== $(date -u +%Y-%m-%dT%H:%M:%SZ) start: $SERVER_BIN ${args[*]}" >"$LOG_FILE"
-  say "starting llama-server: model $model, 127.0.0.1:$port, $threads thread(s)$([ "$embeddings" = 1 ] && echo ', embeddings')"
+  say "starting llama-server: model $model, 127.0.0.1:$port, $threads thread(s), $parallel slot(s)$([ "$embeddings" = 1 ] && echo ', embeddings')"
   # setsid: the server keeps running when the calling shell or terminal goes.
   setsid nohup "$SERVER_BIN" "${args[@]}" </dev/null >>"$LOG_FILE" 2>&1 &
   pid=$!

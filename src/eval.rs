@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::store::rows::{self, EdgeRow, EpisodeRow, NodeRow};
+use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeRow, RunRow};
 use crate::store::{GraphStore, StoreError, Table};
 use crate::text::normalize_name;
 
@@ -53,6 +53,9 @@ pub struct GoldFact {
     pub chain: Vec<String>,
     #[serde(default)]
     pub episodes: Vec<String>,
+    /// When the relationship ended, if the corpus says it did.
+    #[serde(default)]
+    pub invalid_at: Option<String>,
 }
 
 /// A gold file.
@@ -96,6 +99,22 @@ pub struct Quality {
     pub facts_found: usize,
     /// Of the found facts, those with exactly the gold relation type.
     pub relation_exact: usize,
+    /// Found gold facts that ended, all of whose episodes were processed.
+    pub ended_found: usize,
+    /// Of those, stored with no live edge (every matching edge ended).
+    pub ended_stored_invalid: usize,
+    /// Episodes a run tried and did not commit (a failed call).
+    pub episodes_lost: usize,
+    /// Completed runs (`graphloom run`) the figures below add up.
+    pub runs: usize,
+    /// Episodes those runs committed.
+    pub episodes_added: usize,
+    /// LLM calls of those runs (cache hits excluded).
+    pub llm_calls: usize,
+    /// Prompt plus completion tokens of those calls.
+    pub tokens: usize,
+    /// Wall time of those runs, in seconds.
+    pub seconds: f64,
 }
 
 fn ratio(a: usize, b: usize) -> f64 {
@@ -119,6 +138,24 @@ impl Quality {
     pub fn fact_recall(&self) -> f64 {
         ratio(self.facts_found, self.gold_facts)
     }
+    /// Gold facts found with exactly the gold type / gold facts.
+    pub fn fact_recall_exact(&self) -> f64 {
+        ratio(self.relation_exact, self.gold_facts)
+    }
+    /// Nodes matching a gold entity / gold entities found (1.0: one node
+    /// per entity; more: an entity split over several nodes).
+    pub fn nodes_per_entity(&self) -> f64 {
+        ratio(self.nodes_matching, self.entities_found)
+    }
+    /// What the runs cost per committed episode: (calls, tokens, seconds).
+    pub fn per_episode(&self) -> (f64, f64, f64) {
+        let n = self.episodes_added.max(1) as f64;
+        (
+            self.llm_calls as f64 / n,
+            self.tokens as f64 / n,
+            self.seconds / n,
+        )
+    }
 }
 
 impl std::fmt::Display for Quality {
@@ -141,13 +178,32 @@ impl std::fmt::Display for Quality {
             self.chains_exact,
             self.entities_found
         )?;
-        write!(
+        writeln!(
             f,
-            "facts: recall {:.2} ({}/{} gold facts found with a relation of the right family; {} with exactly the gold type)",
+            "nodes per found gold entity: {:.2} ({} nodes for {} entities)",
+            self.nodes_per_entity(),
+            self.nodes_matching,
+            self.entities_found
+        )?;
+        writeln!(
+            f,
+            "facts: recall {:.2} ({}/{} gold facts found with a relation of the right family; {} with exactly the gold type: {:.2})",
             self.fact_recall(),
             self.facts_found,
             self.gold_facts,
-            self.relation_exact
+            self.relation_exact,
+            self.fact_recall_exact()
+        )?;
+        writeln!(
+            f,
+            "ended facts: {}/{} found ones stored ended (no live edge)",
+            self.ended_stored_invalid, self.ended_found
+        )?;
+        let (calls, tokens, seconds) = self.per_episode();
+        write!(
+            f,
+            "runs: {} ({} episodes committed, {} lost to failed calls): {calls:.2} calls, {tokens:.0} tokens, {seconds:.1} s per episode",
+            self.runs, self.episodes_added, self.episodes_lost
         )
     }
 }
@@ -232,6 +288,7 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
         };
         let mut found_any = false;
         let mut exact = false;
+        let mut live = false;
         for e in &edges {
             let (s, t) = (
                 gold_of_node.get(e.source_node_id.as_str()),
@@ -241,16 +298,54 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
             if ends && family(&e.relation_type, &chain) {
                 found_any = true;
                 exact |= e.relation_type == f.relation_type;
+                live |= e.invalid_at.is_none();
             }
         }
         if found_any {
             q.facts_found += 1;
         }
+        let end_seen = f.episodes.iter().all(|e| processed.contains(e.as_str()));
+        if found_any && f.invalid_at.is_some() && end_seen {
+            q.ended_found += 1;
+            if !live {
+                q.ended_stored_invalid += 1;
+            }
+        }
         if exact {
             q.relation_exact += 1;
         }
     }
+    run_costs(&snapshot, &episodes, &mut q).await?;
     Ok(q)
+}
+
+/// What the graph's completed runs cost, and the episodes they lost.
+async fn run_costs(
+    snapshot: &crate::store::Snapshot,
+    episodes: &[EpisodeRow],
+    q: &mut Quality,
+) -> Result<(), EvalError> {
+    let runs: Vec<RunRow> = rows::from_batches(Table::Runs, &snapshot.read(Table::Runs).await?)?;
+    for r in runs
+        .iter()
+        .filter(|r| r.command == "run" && r.status == "completed")
+    {
+        q.runs += 1;
+        q.episodes_added += r.episodes_added.max(0) as usize;
+        q.llm_calls += r.llm_calls.max(0) as usize;
+        q.tokens += (r.prompt_tokens + r.completion_tokens).max(0) as usize;
+        q.seconds += r.duration_ms.max(0) as f64 / 1000.0;
+    }
+    let failures: Vec<FailureRow> =
+        rows::from_batches(Table::Failures, &snapshot.read(Table::Failures).await?)?;
+    let committed: HashSet<&str> = episodes.iter().map(|e| e.episode_id.as_str()).collect();
+    let lost: HashSet<&str> = failures
+        .iter()
+        .filter_map(|f| f.episode_id.as_deref())
+        .filter(|e| !committed.contains(e))
+        .collect();
+    q.episodes_lost = lost.len();
+    Ok(())
 }
 
 #[cfg(test)]

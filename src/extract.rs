@@ -1036,7 +1036,10 @@ mod tests {
             mention("Acme", "Company"),
             mention("Globex", "Company"),
         ];
-        let folded = ExtractSpec::default();
+        let folded = ExtractSpec {
+            fold_edge_subtypes: true,
+            ..ExtractSpec::default()
+        };
         let got = branches(&fact_item_schema(&onto, &folded, &mentions));
         let (dana, companies) = (
             vec!["Dana".to_string()],
@@ -1052,10 +1055,7 @@ mod tests {
                 ("(free)".into(), all.clone(), all),
             ]
         );
-        let top = ExtractSpec {
-            fold_edge_subtypes: false,
-            ..ExtractSpec::default()
-        };
+        let top = ExtractSpec::default();
         let names: Vec<String> = branches(&fact_item_schema(&onto, &top, &mentions))
             .into_iter()
             .map(|b| b.0)

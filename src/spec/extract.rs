@@ -40,7 +40,7 @@ impl Default for ExtractSpec {
             fact_max_tokens: 1_600,
             call_budget_secs: 300,
             max_entities_per_episode: 40,
-            fold_edge_subtypes: true,
+            fold_edge_subtypes: false,
         }
     }
 }

@@ -345,6 +345,59 @@ async fn a_growing_archive_gives_one_graph_in_chunks_with_random_kills_and_in_on
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_slice_through_source_then_the_whole_archive_gives_the_graph_of_one_run() {
+    let server = TestServer::start(Behavior::with_responder(answer))
+        .await
+        .expect("test server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("archive");
+    std::fs::create_dir_all(&source).expect("mkdir");
+    for (c, chunk) in archive(11).iter().take(3).enumerate() {
+        std::fs::write(source.join(format!("chunk-{c:02}.jsonl")), chunk).expect("write chunk");
+    }
+    let pipeline = pipeline(dir.path(), &source, &server);
+    let (sliced, whole) = (dir.path().join("sliced"), dir.path().join("whole"));
+    // The oldest file, as a first slice of an archive usually is.
+    let slice = source.join("chunk-00.jsonl");
+    let mut first = command(&["run"], &pipeline, &sliced);
+    first.args(["--source", slice.to_str().expect("utf-8")]);
+    finish(first, "run over the slice").await;
+    let report = crate::run_pipeline::query(
+        &open(&sliced),
+        "SELECT episodes_added AS n FROM runs WHERE status = 'completed'",
+    )
+    .await;
+    assert_eq!(report.len(), 1);
+    assert_eq!(
+        report[0]["n"].as_u64(),
+        Some(PER_CHUNK as u64),
+        "only the slice's file was read"
+    );
+    finish(
+        command(&["run"], &pipeline, &sliced),
+        "run over the archive",
+    )
+    .await;
+    let rest = crate::run_pipeline::query(
+        &open(&sliced),
+        "SELECT episodes_skipped AS skipped, episodes_added AS added FROM runs ORDER BY run_seq",
+    )
+    .await;
+    assert_eq!(
+        (rest[1]["skipped"].as_u64(), rest[1]["added"].as_u64()),
+        (Some(PER_CHUNK as u64), Some(2 * PER_CHUNK as u64)),
+        "the archive run skips what the slice committed: {rest:?}"
+    );
+    finish(command(&["run"], &pipeline, &whole), "one run").await;
+    let (got, expected) = (content(&sliced).await, content(&whole).await);
+    assert!(
+        got == expected,
+        "slice then archive vs one run: {}",
+        diff(&got, &expected)
+    );
+}
+
 /// Lines for `graphloom add`: chunk `c` holds people, companies and
 /// purchase orders, and who signed which.
 fn add_chunks() -> Vec<String> {

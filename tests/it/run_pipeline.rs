@@ -212,9 +212,6 @@ async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
     spec.llm.backoff_max_ms = 2;
     spec.llm.max_concurrency = 4;
     spec.llm.extra_body = Default::default();
-    // These tests script the edge subtype walk; the fact call that folds
-    // it in has tests of its own.
-    spec.extract.fold_edge_subtypes = false;
     tweak(&mut spec);
     let store = GraphStore::open(
         dir.path().join("graph").to_str().expect("utf-8"),
