@@ -1063,14 +1063,18 @@ async fn a_fact_call_offers_each_declared_type_only_for_the_entities_its_source_
     let report = run(&f).await;
     assert_eq!(report.episodes_added, 4, "{report:?}");
     let calls = stage_calls(&f.server, "state the facts");
+    // The call whose current episode holds `needle` (e2's prompt carries
+    // e1 as a previous episode).
     let of = |needle: &str| {
         calls
             .iter()
             .find(|c| {
-                c.body["messages"][1]["content"]
+                let user = c.body["messages"][1]["content"]
                     .as_str()
-                    .unwrap_or_default()
-                    .contains(needle)
+                    .unwrap_or_default();
+                user.split("<CURRENT EPISODE")
+                    .nth(1)
+                    .is_some_and(|current| current.contains(needle))
             })
             .unwrap_or_else(|| panic!("no fact call about {needle}"))
     };
