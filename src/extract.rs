@@ -486,6 +486,8 @@ pub async fn extract_entities(
     context: &[&Episode],
 ) -> Result<(Vec<Mention>, Vec<Rejected>), LlmError> {
     let request = prompts.entity_request(spec, episode, context);
+    // The model sees the episode and its context as the request shows them.
+    let evidence = Evidence::of(request.messages.last().map_or("", |m| m.content.as_str()));
     let reply = within_budget(
         spec,
         Stage::ExtractEntities,
@@ -496,8 +498,6 @@ pub async fn extract_entities(
     let mut rejected = dropped(Stage::ExtractEntities, episode, reply.dropped);
     let mut seen: HashMap<String, usize> = HashMap::new();
     let type_words = &prompts.type_words;
-    // The model saw the episode and its context, as the request shows them.
-    let evidence = Evidence::of(&episode_block(episode, context, spec.context_chars));
     let lower = episode.content.to_lowercase();
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
@@ -795,14 +795,16 @@ fn fitting_relation(
             None
         }
     };
-    match ontology.edge_tree.chain(relation) {
-        None => fit(relation).or_else(|| fit(GENERIC_RELATION)),
-        Some(chain) => chain
-            .iter()
-            .rev()
-            .find_map(|r| fit(r))
-            .or_else(|| fit(GENERIC_RELATION)),
-    }
+    // An undeclared relation is a chain of itself.
+    let chain = ontology
+        .edge_tree
+        .chain(relation)
+        .unwrap_or_else(|| vec![relation.to_string()]);
+    chain
+        .iter()
+        .rev()
+        .find_map(|r| fit(r))
+        .or_else(|| fit(GENERIC_RELATION))
 }
 
 /// Extracts the facts of one episode between its mentions. An episode with

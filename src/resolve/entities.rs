@@ -268,6 +268,22 @@ fn group_salt(group: &str) -> u64 {
 /// mentions apart (`may_change`): its keys are `~property=value`.
 pub const MAY_CHANGE: char = '~';
 
+/// The identity properties of `t` as [`identity_values`] reads them: a
+/// `may_change` property with [`MAY_CHANGE`] in front.
+pub fn identity_names(t: &crate::ontology::EntityTypeSpec) -> Vec<String> {
+    t.identity_properties
+        .iter()
+        .map(|name| {
+            let may_change = t.properties.iter().any(|p| &p.name == name && p.may_change);
+            if may_change {
+                format!("{MAY_CHANGE}{name}")
+            } else {
+                name.clone()
+            }
+        })
+        .collect()
+}
+
 /// `property=value` keys of the identity properties present in a JSON
 /// object, values normalised like names. Unreadable JSON has none. A
 /// property named with [`MAY_CHANGE`] in front is looked up without it.
@@ -1266,6 +1282,23 @@ mod tests {
         );
         assert!(c.link(0, &to(Target::Node(7), &person, &["~email=d globex"])));
         assert_eq!(c.stats.refused, 0);
+    }
+
+    #[test]
+    fn only_identity_properties_that_may_change_carry_the_mark() {
+        let t: crate::ontology::EntityTypeSpec = toml::from_str(
+            r#"
+            name = "Person"
+            description = "A person."
+            properties = [
+              { name = "email", type = "text", may_change = true },
+              { name = "employee_id", type = "text" },
+            ]
+            identity_properties = ["email", "employee_id"]
+            "#,
+        )
+        .expect("entity type");
+        assert_eq!(identity_names(&t), ["~email", "employee_id"]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{MentionKey, Resolved, resolve_entities};
+use super::entities::{MentionKey, Resolved, identity_names, resolve_entities};
 use super::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
 use super::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
 use super::{ResolveSpec, normalize_name};
@@ -185,17 +185,7 @@ async fn cluster_mentions(
         .entity_types
         .values()
         .filter(|t| !t.identity_properties.is_empty())
-        .map(|t| {
-            let props = t.identity_properties.iter().map(|name| {
-                let may_change = t.properties.iter().any(|p| &p.name == name && p.may_change);
-                if may_change {
-                    format!("{}{name}", crate::resolve::entities::MAY_CHANGE)
-                } else {
-                    name.clone()
-                }
-            });
-            (t.name.clone(), props.collect())
-        })
+        .map(|t| (t.name.clone(), identity_names(t)))
         .collect();
     let rs = cx.spec;
     let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, rs, &identity)
