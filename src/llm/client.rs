@@ -916,11 +916,16 @@ impl LlmClient {
                     .unwrap_or_else(|| (content.chars().count() as u64).div_ceil(4)),
             );
             if b["choices"][0]["finish_reason"] == "length" {
-                break Err(LlmError::Truncated {
-                    stage: req.stage,
-                    max_tokens: req.max_tokens,
-                    excerpt: reply::excerpt(&content, 200),
-                });
+                // The items completed before the cut are kept; asking
+                // again would run into the same bound.
+                break match reply::parse_cut::<T>(&content, schema) {
+                    Ok((value, dropped)) => Ok((value, content, dropped)),
+                    Err(_) => Err(LlmError::Truncated {
+                        stage: req.stage,
+                        max_tokens: req.max_tokens,
+                        excerpt: reply::excerpt(&content, 200),
+                    }),
+                };
             }
             match reply::parse_within::<T>(&content, schema) {
                 Ok((value, dropped)) => break Ok((value, content, dropped)),
@@ -956,7 +961,11 @@ impl LlmClient {
         schema: &Value,
     ) -> Option<ChatReply<T>> {
         let hit = self.cache.as_ref()?.get(key).await?;
-        let (value, dropped) = reply::parse_within::<T>(hit.content.as_str()?, schema).ok()?;
+        // A cached reply that was cut is salvaged again, with its note.
+        let content = hit.content.as_str()?;
+        let (value, dropped) = reply::parse_within::<T>(content, schema)
+            .or_else(|_| reply::parse_cut::<T>(content, schema))
+            .ok()?;
         let usage = Usage {
             prompt_tokens: hit.prompt_tokens,
             completion_tokens: hit.completion_tokens,

@@ -110,6 +110,68 @@ pub fn parse_within<T: DeserializeOwned>(
     Ok((parsed, notes))
 }
 
+/// Parses a reply that was cut at `max_tokens` (see [`salvage`]) within
+/// `schema`: the elements it completed are kept, with a note saying what
+/// the cut cost. `Err` when it completed no element at all.
+pub fn parse_cut<T: DeserializeOwned>(
+    content: &str,
+    schema: &Value,
+) -> Result<(T, Vec<String>), String> {
+    let (text, kept) = salvage(content).ok_or("the reply was cut before it completed any item")?;
+    let (value, mut notes) = parse_within(&text, schema)?;
+    notes.push(format!(
+        "the reply was cut at its max_tokens bound; the {kept} item(s) it completed are kept and the one it was writing is lost"
+    ));
+    Ok((value, notes))
+}
+
+/// The JSON a reply cut mid-way holds in full: its text up to the last
+/// element it completed in its outer array (`[…]`, `{"items": […]}`, or
+/// one list of several, `{"facts": {"Dana": […], …}}`), with the open
+/// brackets closed, and how many such elements there are. `None` when no element was completed. One runaway
+/// item (a value copied from the whole episode) then costs only itself,
+/// not the items written before it.
+pub fn salvage(content: &str) -> Option<(String, usize)> {
+    let start = content.find(['{', '['])?;
+    let text = &content[start..];
+    let mut stack: Vec<u8> = Vec::new();
+    let (mut in_string, mut escaped) = (false, false);
+    let mut last: Option<(usize, Vec<u8>)> = None;
+    let mut kept = 0;
+    for (i, b) in text.bytes().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => stack.push(b),
+            b'}' | b']' => {
+                stack.pop();
+                // An element just ended inside the outer array: the one
+                // array open (not one nested in an item).
+                if stack.last() == Some(&b'[') && stack.iter().filter(|&&b| b == b'[').count() == 1
+                {
+                    kept += 1;
+                    last = Some((i + 1, stack.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    let (end, open) = last?;
+    let mut out = text[..end].to_string();
+    for b in open.iter().rev() {
+        out.push(if *b == b'[' { ']' } else { '}' });
+    }
+    Some((out, kept))
+}
+
 /// Enforces the bounds of `schema` on `value` (see [`parse_within`]);
 /// `Err` says how `value` itself breaks one. `root` resolves local `$ref`s;
 /// anything the check does not know passes (deserialisation judges the
@@ -373,5 +435,35 @@ mod tests {
         assert!(err.contains("EOF"), "{err}");
         assert_eq!(excerpt("abcdef", 3), "abc…");
         assert_eq!(excerpt("{\n  \"a\": 1\n}", 40), "{ \"a\": 1 }");
+    }
+
+    #[test]
+    fn a_cut_reply_keeps_the_items_it_completed() {
+        // Cut inside the third item's string, with a brace and an escaped
+        // quote in the strings before it.
+        let cut = "```json\n{\n  \"entities\": [\n    {\"name\": \"A {x}\", \"kind\": null, \"count\": 1},\n    {\"name\": \"B \\\"b\\\"\", \"kind\": \"t\", \"count\": 2},\n    {\"name\": \"runaway text that goes on and o";
+        let (text, kept) = salvage(cut).expect("two items are complete");
+        assert_eq!(kept, 2);
+        let (reply, notes) = parse_cut::<Reply>(cut, &serde_json::json!({})).expect("parses");
+        let names: Vec<&str> = reply.entities.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["A {x}", "B \"b\""], "{text}");
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("2 item(s)"), "{notes:?}");
+        // A bare array at the top, cut inside an element.
+        assert_eq!(
+            salvage(r#"[{"a": [1, 2]}, {"a": [3"#),
+            Some((r#"[{"a": [1, 2]}]"#.to_string(), 1))
+        );
+        // Lists grouped under keys: the last one is cut, the others kept.
+        assert_eq!(
+            salvage(r#"{"facts": {"A": [{"t": 1}], "B": [{"t": 2}, {"t": "#),
+            Some((
+                r#"{"facts": {"A": [{"t": 1}], "B": [{"t": 2}]}}"#.to_string(),
+                2
+            ))
+        );
+        // Nothing completed: nothing to keep.
+        assert_eq!(salvage(r#"{"entities": [{"name": "Ac"#), None);
+        assert!(parse_cut::<Reply>(r#"{"entities": [{"na"#, &serde_json::json!({})).is_err());
     }
 }
