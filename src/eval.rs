@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::store::rows::{self, EdgeRow, EpisodeRow, FailureRow, NodeRow, RunRow};
+use crate::store::rows::{self, EdgeRow, EdgeTypeRow, EpisodeRow, FailureRow, NodeRow, RunRow};
 use crate::store::{GraphStore, StoreError, Table};
 use crate::text::normalize_name;
 
@@ -270,8 +270,19 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
         .enumerate()
         .map(|(i, g)| (normalize_name(&g.name), i))
         .collect();
+    // A relation's top-level type, by the ontology the graph holds: an edge
+    // of a subtype (WORKS_FULL_TIME_FOR) is in its parent's family
+    // (EMPLOYED_BY) as much as the parent itself.
+    let edge_types: Vec<EdgeTypeRow> =
+        rows::from_batches(Table::EdgeTypes, &snapshot.read(Table::EdgeTypes).await?)?;
+    let parent_of: HashMap<String, String> = edge_types
+        .into_iter()
+        .filter_map(|t| Some((t.name, t.parent?)))
+        .collect();
     let family = |relation: &str, chain: &[String]| {
-        chain.first().is_some_and(|top| top == relation) || chain.iter().any(|c| c == relation)
+        chain
+            .first()
+            .is_some_and(|gold_top| *gold_top == top_level(&parent_of, relation))
     };
     for f in gold.facts.iter().filter(|f| in_scope(&f.episodes)) {
         q.gold_facts += 1;
@@ -319,6 +330,20 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
     Ok(q)
 }
 
+/// The top-level type of `relation` by the `parent_of` links of a type
+/// hierarchy (itself for a top-level or undeclared type).
+fn top_level(parent_of: &HashMap<String, String>, relation: &str) -> String {
+    let mut at = relation.to_string();
+    // Bounded, should a table ever hold a cycle.
+    for _ in 0..=parent_of.len() {
+        match parent_of.get(&at) {
+            Some(parent) => at = parent.clone(),
+            None => break,
+        }
+    }
+    at
+}
+
 /// What the graph's completed runs cost, and the episodes they lost.
 async fn run_costs(
     snapshot: &crate::store::Snapshot,
@@ -351,6 +376,21 @@ async fn run_costs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subtype_is_in_its_parents_family() {
+        let parent_of: HashMap<String, String> = [
+            ("WORKS_FULL_TIME_FOR", "EMPLOYED_BY"),
+            ("INTERN_OF", "WORKS_FULL_TIME_FOR"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(top_level(&parent_of, "INTERN_OF"), "EMPLOYED_BY");
+        assert_eq!(top_level(&parent_of, "WORKS_FULL_TIME_FOR"), "EMPLOYED_BY");
+        assert_eq!(top_level(&parent_of, "EMPLOYED_BY"), "EMPLOYED_BY");
+        assert_eq!(top_level(&parent_of, "RELATES_TO"), "RELATES_TO");
+    }
 
     #[test]
     fn ratios_of_nothing_are_zero() {
