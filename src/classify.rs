@@ -20,15 +20,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::extract::{
-    AttributeOut, Evidence, ExtractSpec, FactMention, Mention, Rejected, describe_edge_type,
+    AttributesOut, Evidence, ExtractSpec, FactMention, Mention, Rejected, describe_edge_type,
     describe_type, typed_attributes,
 };
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
-use crate::ontology::Ontology;
+use crate::ontology::{Ontology, PropertySpec};
 use crate::stage::Stage;
 
 /// Version of the classification prompts; part of the cache key.
-pub const PROMPT_VERSION: &str = "classify-v1";
+pub const PROMPT_VERSION: &str = "classify-v2";
 
 const NONE: &str = "none";
 
@@ -42,7 +42,7 @@ struct ItemOut {
     id: u64,
     subtype: String,
     #[serde(default)]
-    attributes: Vec<AttributeOut>,
+    attributes: AttributesOut,
 }
 
 /// Counts of a walk.
@@ -124,47 +124,43 @@ fn skipped_alone(parent: &str, dropped: &[String]) -> String {
     format!("subtype classification under `{parent}`, asked alone: {why}; it stays at `{parent}`")
 }
 
+/// The reply schema of a walk call over `n` items: exactly one answer per
+/// item (ids in range), each a subtype of `subtypes` or `none`. With
+/// attributes, each subtype's answer offers that subtype's own
+/// properties (`subtypes` pairs a name with them), all optional.
 fn reply_schema(
-    subtypes: &[String],
-    property_names: &[String],
+    subtypes: &[(String, Vec<PropertySpec>)],
     with_attributes: bool,
     n: usize,
 ) -> Value {
-    let mut choices: Vec<String> = subtypes.to_vec();
-    choices.push(NONE.into());
-    let mut item = json!({
-        "type": "object",
-        "properties": {
-            "id": {"type": "integer", "minimum": 1, "maximum": n},
-            "subtype": {"type": "string", "enum": choices}
-        },
-        "required": ["id", "subtype"],
-        "additionalProperties": false
-    });
-    if with_attributes {
-        let name = if property_names.is_empty() {
-            json!({"type": "string"})
-        } else {
-            json!({"type": "string", "enum": property_names})
-        };
-        item["properties"]["attributes"] = json!({
-            "type": "array",
-            "maxItems": property_names.len().max(1),
-            "items": {
-                "type": "object",
-                "properties": {
-                    "name": name,
-                    "value": {"type": "string", "maxLength": crate::extract::VALUE_MAX_CHARS}
-                },
-                "required": ["name", "value"],
-                "additionalProperties": false
-            }
+    let id = json!({"type": "integer", "minimum": 1, "maximum": n});
+    let shape = |subtype: &str, properties: &[PropertySpec]| {
+        let mut item = json!({
+            "type": "object",
+            "properties": {"id": id, "subtype": {"type": "string", "enum": [subtype]}},
+            "required": ["id", "subtype"],
+            "additionalProperties": false
         });
-        item["required"] = json!(["id", "subtype", "attributes"]);
-    }
+        if with_attributes && !properties.is_empty() {
+            let values: serde_json::Map<String, Value> = properties
+                .iter()
+                .map(|p| (p.name.clone(), crate::extract::value_schema(p)))
+                .collect();
+            item["properties"]["attributes"] = json!({
+                "type": "object",
+                "properties": values,
+                "additionalProperties": false
+            });
+        }
+        item
+    };
+    let mut shapes: Vec<Value> = subtypes.iter().map(|(t, props)| shape(t, props)).collect();
+    shapes.push(shape(NONE, &[]));
     json!({
         "type": "object",
-        "properties": {"items": {"type": "array", "items": item, "maxItems": n}},
+        "properties": {
+            "items": {"type": "array", "items": {"anyOf": shapes}, "minItems": n, "maxItems": n}
+        },
         "required": ["items"],
         "additionalProperties": false
     })
@@ -302,7 +298,7 @@ pub async fn walk_entities(
                 let evidence =
                     Evidence::of(&format!("{}\n{}", mentions[i].name, mentions[i].context));
                 let (mut attributes, ungrounded) =
-                    typed_attributes(&props, &item.attributes, &evidence);
+                    typed_attributes(&props, &item.attributes.pairs(), &evidence);
                 rejected.extend(ungrounded.into_iter().map(|reason| Rejected {
                     stage: Stage::ClassifyEntities,
                     episode_id: mentions[i].episode_id.clone(),
@@ -333,18 +329,15 @@ fn entity_request(
     let node = ontology.entity_tree.get(&batch.parent);
     let children: Vec<String> = node.map(|n| n.children.clone()).unwrap_or_default();
     let mut types = String::new();
-    let mut property_names: Vec<String> = Vec::new();
+    let mut subtypes: Vec<(String, Vec<PropertySpec>)> = Vec::new();
     for c in &children {
         if let Some(t) = ontology.entity_types.get(c) {
             types.push_str(&describe_type(c, &t.description, &t.properties));
             types.push('\n');
-            for p in &t.properties {
-                if !property_names.contains(&p.name) {
-                    property_names.push(p.name.clone());
-                }
-            }
+            subtypes.push((c.clone(), t.properties.clone()));
         }
     }
+    let most_properties = subtypes.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
     let parent_description = ontology
         .entity_types
         .get(&batch.parent)
@@ -368,7 +361,7 @@ fn entity_request(
         );
     }
     let _ = write!(user, "\nAnswer for every item by its number.");
-    let per_item = 24 + 24 * property_names.len() as u32;
+    let per_item = 24 + 24 * most_properties as u32;
     (
         ChatRequest {
             stage: Stage::ClassifyEntities,
@@ -378,7 +371,7 @@ fn entity_request(
                 .min(spec.entity_max_tokens.max(512) * 2),
             prompt_version: PROMPT_VERSION.into(),
         },
-        reply_schema(&children, &property_names, true, batch.members.len()),
+        reply_schema(&subtypes, true, batch.members.len()),
     )
 }
 
@@ -532,6 +525,8 @@ fn fact_request(
          SUBTYPES OF {parent}:\n{types}",
         parent = batch.parent
     );
+    let subtypes: Vec<(String, Vec<PropertySpec>)> =
+        children.iter().map(|c| (c.clone(), Vec::new())).collect();
     let mut user = String::new();
     for (k, &i) in batch.members.iter().enumerate() {
         let f = &facts[i];
@@ -547,6 +542,59 @@ fn fact_request(
             max_tokens: 64 + 32 * batch.members.len() as u32,
             prompt_version: PROMPT_VERSION.into(),
         },
-        reply_schema(&children, &[], false, batch.members.len()),
+        reply_schema(&subtypes, false, batch.members.len()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn property(name: &str) -> PropertySpec {
+        PropertySpec {
+            name: name.into(),
+            kind: crate::ontology::PropertyType::Text,
+            description: String::new(),
+            may_change: false,
+            pattern: None,
+        }
+    }
+
+    #[test]
+    fn a_walk_reply_answers_every_item_with_its_subtypes_own_properties() {
+        let subtypes = vec![
+            ("PurchaseOrder".to_string(), vec![property("po_number")]),
+            ("MSA".to_string(), Vec::new()),
+        ];
+        let schema = reply_schema(&subtypes, true, 3);
+        let items = &schema["properties"]["items"];
+        // A grammar-constrained server cannot leave an item out.
+        assert_eq!(
+            (&items["minItems"], &items["maxItems"]),
+            (&json!(3), &json!(3))
+        );
+        let shapes = items["items"]["anyOf"]
+            .as_array()
+            .expect("one shape per subtype");
+        let names: Vec<&Value> = shapes
+            .iter()
+            .map(|s| &s["properties"]["subtype"]["enum"][0])
+            .collect();
+        assert_eq!(
+            names,
+            [&json!("PurchaseOrder"), &json!("MSA"), &json!(NONE)]
+        );
+        assert!(shapes[0]["properties"]["attributes"]["properties"]["po_number"].is_object());
+        assert!(shapes[1]["properties"].get("attributes").is_none());
+        assert_eq!(shapes[0]["required"], json!(["id", "subtype"]));
+        // Without attributes (the edge walk), no shape offers any.
+        let bare = reply_schema(&subtypes, false, 2);
+        assert!(
+            bare["properties"]["items"]["items"]["anyOf"]
+                .as_array()
+                .expect("shapes")
+                .iter()
+                .all(|s| s["properties"].get("attributes").is_none())
+        );
+    }
 }

@@ -29,7 +29,7 @@ use crate::values::{coerce_text, parse_time};
 pub use crate::spec::extract::ExtractSpec;
 
 /// Version of the extraction prompts; part of the cache key.
-pub const PROMPT_VERSION: &str = "extract-v1";
+pub const PROMPT_VERSION: &str = "extract-v2";
 
 /// One entity found in one episode.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,7 +103,43 @@ struct EntityOut {
     #[serde(rename = "type")]
     kind: String,
     #[serde(default)]
-    attributes: Vec<AttributeOut>,
+    attributes: AttributesOut,
+}
+
+/// Attributes as the entity and walk schemas ask for them (an object of
+/// property values), or as a list of name/value pairs from a server that
+/// ignores the schema and follows an older prompt.
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+pub enum AttributesOut {
+    /// None given.
+    #[default]
+    None,
+    /// Property name → value.
+    Object(Map<String, Value>),
+    /// Name/value pairs.
+    List(Vec<AttributeOut>),
+}
+
+impl AttributesOut {
+    /// The values as name/value pairs; a non-text value as its JSON text.
+    pub fn pairs(self) -> Vec<AttributeOut> {
+        match self {
+            AttributesOut::None => Vec::new(),
+            AttributesOut::List(list) => list,
+            AttributesOut::Object(map) => map
+                .into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(name, v)| AttributeOut {
+                    value: match v {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    },
+                    name,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A property value as a model writes it.
@@ -117,7 +153,59 @@ pub struct AttributeOut {
 
 #[derive(Debug, Deserialize)]
 struct FactReply {
-    facts: Vec<FactOut>,
+    facts: FactsOut,
+}
+
+/// Facts as one list, or grouped under their source's name
+/// (`extract.facts_by_source`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FactsOut {
+    List(Vec<FactOut>),
+    BySource(Map<String, Value>),
+}
+
+/// A fact of a reply grouped by source.
+#[derive(Debug, Deserialize)]
+struct SourcedFactOut {
+    target: String,
+    relation_type: String,
+    fact: String,
+    valid_at: Option<String>,
+    invalid_at: Option<String>,
+}
+
+impl FactsOut {
+    /// Every fact with its source; a grouped fact that does not have the
+    /// shape of one is left out with a note.
+    fn into_list(self) -> (Vec<FactOut>, Vec<String>) {
+        match self {
+            FactsOut::List(list) => (list, Vec::new()),
+            FactsOut::BySource(map) => {
+                let (mut out, mut notes) = (Vec::new(), Vec::new());
+                for (source, facts) in map {
+                    let items = match facts {
+                        Value::Array(items) => items,
+                        other => vec![other],
+                    };
+                    for item in items {
+                        match serde_json::from_value::<SourcedFactOut>(item) {
+                            Ok(f) => out.push(FactOut {
+                                source: source.clone(),
+                                target: f.target,
+                                relation_type: f.relation_type,
+                                fact: f.fact,
+                                valid_at: f.valid_at,
+                                invalid_at: f.invalid_at,
+                            }),
+                            Err(e) => notes.push(format!("a fact of `{source}` dropped: {e}")),
+                        }
+                    }
+                }
+                (out, notes)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +260,7 @@ pub fn describe_edge_type(name: &str, t: &EdgeTypeSpec) -> String {
 #[derive(Debug, Clone)]
 pub struct Evidence {
     words: String,
+    lower: String,
     numbers: Vec<f64>,
 }
 
@@ -180,8 +269,18 @@ impl Evidence {
     pub fn of(text: &str) -> Self {
         Evidence {
             words: crate::text::grounding_form(text),
+            lower: text.to_lowercase(),
             numbers: crate::text::numbers_in(text),
         }
+    }
+
+    /// Whether `value` is written in the evidence as it is, ignoring
+    /// case: a value of a patterned property (a code, an e-mail address,
+    /// a domain) is copied, so "delaware.corporation" is not grounded by
+    /// "a Delaware corporation" the way a phrase would be.
+    pub fn holds_verbatim(&self, value: &str) -> bool {
+        let v = value.trim().to_lowercase();
+        v.is_empty() || self.lower.contains(&v)
     }
 
     /// Whether `value`, of `kind`, is written in the evidence: a text as
@@ -207,8 +306,9 @@ impl Evidence {
 
 /// Keeps the attributes a model gave that are properties of `properties`,
 /// coerced to their kind and written in `evidence`; the rest are dropped.
-/// Returns a note for each value dropped for not being in the evidence
-/// (other drops, unknown properties or uncoercible values, are silent).
+/// Returns a note for each value dropped for not being in the evidence or
+/// not matching the property's pattern (other drops, unknown properties
+/// or uncoercible values, are silent).
 pub fn typed_attributes(
     properties: &[PropertySpec],
     given: &[AttributeOut],
@@ -223,7 +323,21 @@ pub fn typed_attributes(
         let Some(v) = coerce_text(p.kind, &a.value) else {
             continue;
         };
-        if !evidence.holds(p.kind, &v) {
+        if let (Some(pattern), Value::String(text)) = (&p.pattern, &v)
+            && !crate::text::Pattern::matches(pattern, text)
+        {
+            let shown: String = text.chars().take(80).collect();
+            ungrounded.push(format!(
+                "`{}` = `{shown}` does not have the property's shape ({pattern}); not stored",
+                p.name
+            ));
+            continue;
+        }
+        let verbatim = match (&p.pattern, &v) {
+            (Some(_), Value::String(text)) => evidence.holds_verbatim(text),
+            _ => true,
+        };
+        if !verbatim || !evidence.holds(p.kind, &v) {
             let shown: String = a.value.trim().chars().take(80).collect();
             ungrounded.push(format!(
                 "`{}` = `{shown}` is not written in the text; not stored",
@@ -310,24 +424,31 @@ fn custom(spec: &ExtractSpec) -> String {
 }
 
 /// The parts of the extraction prompts that depend only on the ontology
-/// and the spec (system prompts, the entity reply schema, the type names
-/// an entity may not be called), built once per run instead of per call.
+/// and the spec, built once per run instead of per call.
+///
+/// Both calls of an episode send the same system prompt (the ontology)
+/// and the episode next, and only then their task: a server that caches
+/// prompt prefixes (llama.cpp's `cache_prompt`) reads the ontology once
+/// per slot and the episode once for both calls.
 #[derive(Debug, Clone)]
 pub struct Prompts {
-    entity_system: String,
+    system: String,
+    entity_task: String,
     entity_schema: Value,
-    fact_system: String,
+    fact_task: String,
+    fact_task_by_source: String,
     type_words: Vec<String>,
 }
 
 impl Prompts {
     /// The prompts of `ontology` under `spec`.
     pub fn new(ontology: &Ontology, spec: &ExtractSpec) -> Self {
-        let (entity_system, entity_schema) = entity_prompt(ontology, spec);
         Prompts {
-            entity_system,
-            entity_schema,
-            fact_system: fact_prompt(ontology, spec),
+            system: system_prompt(ontology, spec),
+            entity_task: entity_task(),
+            entity_schema: entity_schema(ontology, spec),
+            fact_task: fact_task(ontology, spec, false),
+            fact_task_by_source: fact_task(ontology, spec, true),
             type_words: ontology
                 .entity_types
                 .keys()
@@ -343,14 +464,16 @@ impl Prompts {
         episode: &Episode,
         context: &[&Episode],
     ) -> ChatRequest {
+        let user = format!(
+            "{}\n\n{}",
+            episode_block(episode, context, spec.context_chars),
+            self.entity_task
+        );
         ChatRequest {
             stage: Stage::ExtractEntities,
             item: Some(episode.episode_id.clone()),
-            messages: vec![
-                Message::system(self.entity_system.clone()),
-                Message::user(episode_block(episode, context, spec.context_chars)),
-            ],
-            max_tokens: spec.entity_max_tokens,
+            messages: vec![Message::system(self.system.clone()), Message::user(user)],
+            max_tokens: entity_reply_bound(spec, episode),
             prompt_version: PROMPT_VERSION.into(),
         }
     }
@@ -361,12 +484,34 @@ impl Prompts {
     }
 }
 
+/// The `max_tokens` of an entity call: `extract.entity_max_tokens`, or
+/// less for a short episode, which cannot name many entities. Small models
+/// sometimes repeat their list until the bound; a bound sized to the
+/// episode stops that sooner, and the items completed before the cut are
+/// kept ([`crate::llm::reply::salvage`]).
+pub fn entity_reply_bound(spec: &ExtractSpec, episode: &Episode) -> u32 {
+    let chars = u32::try_from(episode.content.chars().count()).unwrap_or(u32::MAX);
+    spec.entity_max_tokens.min(256u32.saturating_add(chars / 3))
+}
+
+/// The `max_tokens` of a fact call about `mentions` entities:
+/// `extract.fact_max_tokens`, or less for few entities (200 tokens and
+/// 100 an entity: two facts of about 50 tokens each), for the same reason
+/// as [`entity_reply_bound`].
+pub fn fact_reply_bound(spec: &ExtractSpec, mentions: usize) -> u32 {
+    let mentions = u32::try_from(mentions).unwrap_or(u32::MAX);
+    spec.fact_max_tokens
+        .min(200u32.saturating_add(mentions.saturating_mul(100)))
+}
+
 /// Longest entity name a reply may write (characters).
-pub const NAME_MAX_CHARS: usize = 200;
-/// Longest attribute value a reply may write (characters).
-pub const VALUE_MAX_CHARS: usize = 500;
-/// Longest fact sentence a reply may write (characters).
-pub const FACT_MAX_CHARS: usize = 500;
+pub const NAME_MAX_CHARS: usize = 100;
+/// Longest attribute value a reply may write (characters): a value, not
+/// a passage.
+pub const VALUE_MAX_CHARS: usize = 200;
+/// Longest fact sentence a reply may write (characters): one sentence;
+/// a longer one is a model copying the episode.
+pub const FACT_MAX_CHARS: usize = 200;
 /// Longest relation type a reply may write (characters).
 pub const RELATION_MAX_CHARS: usize = 100;
 /// Facts a reply may list per entity of its episode (at least 8 in all).
@@ -385,76 +530,103 @@ fn dropped(stage: Stage, episode: &Episode, notes: Vec<String>) -> Vec<Rejected>
         .collect()
 }
 
-/// The system prompt and reply schema of entity calls.
-fn entity_prompt(ontology: &Ontology, spec: &ExtractSpec) -> (String, Value) {
-    let tops: Vec<&crate::ontology::TypeNode> = ontology.entity_tree.top_level().collect();
+/// The system prompt both extraction calls share: what the job is, the
+/// entity types (top level; subtypes are chosen by the walk) and the fact
+/// types the fact call may name.
+fn system_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     let mut types = String::new();
-    let mut type_names: Vec<String> = Vec::new();
-    let mut property_names: Vec<String> = Vec::new();
-    for t in &tops {
+    for t in ontology.entity_tree.top_level() {
         if let Some(spec) = ontology.entity_types.get(&t.name) {
             types.push_str(&describe_type(&t.name, &spec.description, &spec.properties));
             types.push('\n');
-            type_names.push(t.name.clone());
-            for p in &spec.properties {
-                if !property_names.contains(&p.name) {
-                    property_names.push(p.name.clone());
-                }
-            }
         }
     }
-    type_names.push(ENTITY_LABEL.to_string());
-    let system = format!(
-        "You read one episode from an organisation's records (an email, a chat message, a document chunk or a data record) and list the named entities it mentions.\n\
-         Rules:\n\
-         - List each distinct entity once, under the most complete name the current episode gives it, written exactly as in the text (keep codes and numbers such as order numbers).\n\
-         - Only entities named or uniquely identified in the CURRENT EPISODE. Previous episodes only help to resolve pronouns and short references.\n\
-         - Dates, amounts, quantities and generic nouns are not entities. Never use a type name as an entity name.\n\
-         - type: the entity type whose description fits; {ENTITY_LABEL} when none fits.\n\
-         - attributes: values of that type's properties that the episode states; leave out what it does not state.\n\
-         - Write the JSON compactly on one line.\n\n\
-         ENTITY TYPES:\n{types}{}",
+    let mut facts = String::new();
+    for name in fact_types(ontology, spec) {
+        if let Some(et) = ontology.edge_types.get(&name) {
+            let depth = ontology.edge_tree.get(&name).map_or(1, |n| n.depth);
+            let indent = "  ".repeat(depth - 1);
+            let _ = writeln!(facts, "{indent}{}", describe_edge_type(&name, et));
+        }
+    }
+    format!(
+        "You turn episodes from an organisation's records (emails, chat messages, document chunks, data records) into a knowledge graph: the named entities an episode mentions and the facts it states about them. Answer in JSON.\n\n\
+         ENTITY TYPES:\n{types}\n\
+         FACT TYPES (allowed source → target types in brackets):\n{facts}{}",
         custom(spec)
-    );
-    let attribute_name = if property_names.is_empty() {
-        json!({"type": "string"})
-    } else {
-        json!({"type": "string", "enum": property_names})
-    };
-    let schema = json!({
+    )
+}
+
+/// The task of entity calls, written after the episode.
+fn entity_task() -> String {
+    format!(
+        "TASK: list the named entities the CURRENT EPISODE mentions.\n\
+         - Each distinct entity once, under the most complete name the current episode gives it, written exactly as in the text (keep codes and numbers such as order numbers).\n\
+         - Only entities named or uniquely identified in the current episode; previous episodes only help to resolve pronouns and short references.\n\
+         - Dates, amounts, quantities, statuses and generic nouns are not entities. Never use a type name as an entity name.\n\
+         - type: the entity type whose description fits; {ENTITY_LABEL} when none fits.\n\
+         - attributes: only property values the episode writes out, copied from it; leave out every property it does not write."
+    )
+}
+
+/// The schema of a property value a model writes: bounded text, of the
+/// property's shape when it has a pattern.
+pub fn value_schema(property: &PropertySpec) -> Value {
+    let mut schema = json!({"type": "string", "maxLength": VALUE_MAX_CHARS});
+    if let Some(pattern) = &property.pattern {
+        schema["pattern"] = json!(pattern);
+    }
+    schema
+}
+
+/// The reply schema of entity calls: one shape per top-level type, whose
+/// `attributes` object offers only that type's properties, all optional
+/// (a model asked for a property tends to invent a value for it).
+fn entity_schema(ontology: &Ontology, spec: &ExtractSpec) -> Value {
+    let name = json!({"type": "string", "maxLength": NAME_MAX_CHARS});
+    let mut shapes: Vec<Value> = Vec::new();
+    for t in ontology.entity_tree.top_level() {
+        let Some(ts) = ontology.entity_types.get(&t.name) else {
+            continue;
+        };
+        let mut properties = json!({"name": name, "type": {"type": "string", "enum": [t.name]}});
+        if !ts.properties.is_empty() {
+            let values: Map<String, Value> = ts
+                .properties
+                .iter()
+                .map(|p| (p.name.clone(), value_schema(p)))
+                .collect();
+            properties["attributes"] = json!({
+                "type": "object",
+                "properties": values,
+                "additionalProperties": false
+            });
+        }
+        shapes.push(json!({
+            "type": "object",
+            "properties": properties,
+            "required": ["name", "type"],
+            "additionalProperties": false
+        }));
+    }
+    shapes.push(json!({
+        "type": "object",
+        "properties": {"name": name, "type": {"type": "string", "enum": [ENTITY_LABEL]}},
+        "required": ["name", "type"],
+        "additionalProperties": false
+    }));
+    json!({
         "type": "object",
         "properties": {
             "entities": {
                 "type": "array",
                 "maxItems": spec.max_entities_per_episode,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string", "maxLength": NAME_MAX_CHARS},
-                        "type": {"type": "string", "enum": type_names},
-                        "attributes": {
-                            "type": "array",
-                            "maxItems": property_names.len().max(1),
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "name": attribute_name,
-                                    "value": {"type": "string", "maxLength": VALUE_MAX_CHARS}
-                                },
-                                "required": ["name", "value"],
-                                "additionalProperties": false
-                            }
-                        }
-                    },
-                    "required": ["name", "type", "attributes"],
-                    "additionalProperties": false
-                }
+                "items": {"anyOf": shapes}
             }
         },
         "required": ["entities"],
         "additionalProperties": false
-    });
-    (system, schema)
+    })
 }
 
 async fn within_budget<T>(
@@ -572,7 +744,7 @@ pub async fn extract_entities(
         let (attributes, ungrounded) = chain
             .last()
             .and_then(|t| ontology.entity_types.get(t))
-            .map(|t| typed_attributes(&t.properties, &e.attributes, &evidence))
+            .map(|t| typed_attributes(&t.properties, &e.attributes.pairs(), &evidence))
             .unwrap_or_default();
         rejected.extend(ungrounded.into_iter().map(|reason| Rejected {
             stage: Stage::ExtractEntities,
@@ -607,35 +779,33 @@ fn fact_types(ontology: &Ontology, spec: &ExtractSpec) -> Vec<String> {
     }
 }
 
-/// The system prompt of fact calls.
-fn fact_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
-    let mut types = String::new();
-    for name in fact_types(ontology, spec) {
-        if let Some(et) = ontology.edge_types.get(&name) {
-            let depth = ontology.edge_tree.get(&name).map_or(1, |n| n.depth);
-            let indent = "  ".repeat(depth - 1);
-            let _ = writeln!(types, "{indent}{}", describe_edge_type(&name, et));
-        }
-    }
+/// The task of fact calls, written after the episode and its entities.
+fn fact_task(ontology: &Ontology, spec: &ExtractSpec, by_source: bool) -> String {
+    let layout = if by_source {
+        "- facts: under each entity's name, the facts whose source it is (the entity that does, holds or owns what the fact says); [] when there are none. Go through every entity.\n- target: a name copied exactly from ENTITIES, another entity."
+    } else {
+        "- source and target: names copied exactly from ENTITIES; two different entities."
+    };
     let subtypes = if spec.fold_edge_subtypes && ontology.edge_tree.iter().any(|t| t.depth > 1) {
-        "\n         - An indented type is a more specific kind of the type above it: use it when the episode says which kind; otherwise the type above."
+        "\n- An indented fact type is a more specific kind of the type above it: use it when the episode says which kind; otherwise the type above."
     } else {
         ""
     };
     format!(
-        "You read one episode from an organisation's records and the list of entities found in it, and state the facts the episode gives about relationships between two of those entities.\n\
-         Rules:\n\
-         - source and target: names copied exactly from ENTITIES; two different entities.\n\
-         - relation_type: one of the FACT TYPES whose source → target types (in brackets) fit the two entities' types. When no fact type fits, a short lowercase verb phrase such as \"works with\".{subtypes}\n\
-         - fact: one sentence that paraphrases what the episode says, using entity names instead of pronouns.\n\
-         - A relationship the episode says has ended (has left, no longer, former, cancelled, until a past date) gets invalid_at: the date it ended, or the REFERENCE TIME when no date is given. \"X left A and joined B\" states two facts: X with A (ended) and X with B (started).\n\
-         - valid_at: when the relationship started to hold; invalid_at: when it stopped. Resolve relative dates (such as last Tuesday or next month) against the REFERENCE TIME. Write ISO 8601 in UTC, e.g. YYYY-MM-DDTHH:MM:SSZ; a date alone means 00:00:00Z, a year alone January 1st. When the episode states the relationship as currently true without a start, use the reference time as valid_at. Use null when the episode gives no time.\n\
-         - Only facts the current episode states or clearly implies; previous episodes only help to resolve references. No duplicates.\n\
-         - Write the JSON compactly on one line.\n\n\
-         FACT TYPES:\n{types}{}",
-        custom(spec)
+        "TASK: state every fact the CURRENT EPISODE gives about a relationship between two of the ENTITIES.\n\
+         {layout}\n\
+         - relation_type: the FACT TYPE whose source → target types fit the two entities' types. When none fits, a short lowercase verb phrase.{subtypes}\n\
+         - fact: one short sentence that paraphrases what the episode says, with entity names instead of pronouns.\n\
+         - valid_at: the date the relationship started, when the episode gives one; else null.\n\
+         - invalid_at: the date it ended, only when the episode says it has ended or will end (has left, no longer, former, cancelled, until a date); else null. \"X left A and joined B\" states two facts: X with A (ended) and X with B.\n\
+         - Dates as YYYY-MM-DD (YYYY-MM-DDTHH:MM:SSZ when the episode gives a time of day); resolve relative dates (last Tuesday, next month) against the REFERENCE TIME.\n\
+         - Only facts the current episode states or clearly implies; previous episodes only help to resolve references. No duplicates."
     )
 }
+
+/// A date or a UTC time, as the fact schema lets a model write `valid_at`
+/// and `invalid_at` (a date alone is the shorter answer and the usual one).
+pub const TIME_PATTERN: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}:[0-9]{2}Z)?$";
 
 /// A relation a model may write when no declared type fits: lowercase
 /// words, so that the grammar tells it apart from every declared
@@ -648,7 +818,22 @@ pub const FREE_RELATION_PATTERN: &str = "^[a-z]{1,24}( [a-z]{1,24}){0,5}$";
 /// only name a declared type for endpoints it allows; and one branch for a
 /// free lowercase relation between any two mentions.
 fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention]) -> Value {
-    let time = json!({"anyOf": [{"type": "string", "maxLength": 64}, {"type": "null"}]});
+    json!({"anyOf": fact_branches(ontology, spec, mentions, None)})
+}
+
+/// The branches of [`fact_item_schema`]; with `from`, those of the facts
+/// whose source is that mention, without a `source` property (the reply
+/// groups facts by source, see `extract.facts_by_source`).
+fn fact_branches(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    mentions: &[Mention],
+    from: Option<&Mention>,
+) -> Vec<Value> {
+    let time = json!({"anyOf": [
+        {"type": "string", "pattern": TIME_PATTERN, "maxLength": 20},
+        {"type": "null"}
+    ]});
     let names = |wanted: &str| -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for m in mentions {
@@ -659,7 +844,7 @@ fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention
         out
     };
     let branch = |relation: Value, sources: Vec<&str>, targets: Vec<&str>| {
-        json!({
+        let mut item = json!({
             "type": "object",
             "properties": {
                 "source": {"type": "string", "enum": sources},
@@ -671,7 +856,38 @@ fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention
             },
             "required": ["source", "relation_type", "target", "fact", "valid_at", "invalid_at"],
             "additionalProperties": false
-        })
+        });
+        if from.is_some() {
+            if let Some(p) = item["properties"].as_object_mut() {
+                p.shift_remove("source");
+            }
+            item["required"] = json!(["relation_type", "target", "fact", "valid_at", "invalid_at"]);
+        }
+        item
+    };
+    // With a source, only it may start a fact, and it cannot be its own
+    // target.
+    let pick = |sources: Vec<&str>, targets: Vec<&str>| -> Option<(Vec<String>, Vec<String>)> {
+        match from {
+            None => {
+                let one_and_same = sources.len() == 1 && targets == sources;
+                (!sources.is_empty() && !targets.is_empty() && !one_and_same).then(|| {
+                    (
+                        sources.iter().map(|s| s.to_string()).collect(),
+                        targets.iter().map(|s| s.to_string()).collect(),
+                    )
+                })
+            }
+            Some(m) => {
+                let targets: Vec<String> = targets
+                    .iter()
+                    .filter(|t| **t != m.name)
+                    .map(|t| t.to_string())
+                    .collect();
+                (sources.contains(&m.name.as_str()) && !targets.is_empty())
+                    .then(|| (vec![m.name.clone()], targets))
+            }
+        }
     };
     let mut branches: Vec<Value> = Vec::new();
     for name in fact_types(ontology, spec) {
@@ -688,52 +904,98 @@ fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention
                 .collect()
         };
         for (s, t) in pairs {
-            let (sources, targets) = (names(s), names(t));
-            let one_and_same = sources.len() == 1 && targets == sources;
-            if sources.is_empty() || targets.is_empty() || one_and_same {
+            let Some((sources, targets)) = pick(names(s), names(t)) else {
                 continue;
-            }
-            let b = branch(json!({"type": "string", "enum": [name]}), sources, targets);
+            };
+            let b = branch(
+                json!({"type": "string", "enum": [name]}),
+                sources.iter().map(String::as_str).collect(),
+                targets.iter().map(String::as_str).collect(),
+            );
             if !branches.contains(&b) {
                 branches.push(b);
             }
         }
     }
     let all = names(ENTITY_LABEL);
-    branches.push(branch(
-        json!({"type": "string", "pattern": FREE_RELATION_PATTERN, "maxLength": RELATION_MAX_CHARS}),
-        all.clone(),
-        all,
-    ));
-    json!({"anyOf": branches})
+    if let Some((sources, targets)) = pick(all.clone(), all) {
+        branches.push(branch(
+            json!({"type": "string", "pattern": FREE_RELATION_PATTERN, "maxLength": RELATION_MAX_CHARS}),
+            sources.iter().map(String::as_str).collect(),
+            targets.iter().map(String::as_str).collect(),
+        ));
+    }
+    branches
 }
 
-/// The request and reply schema of a fact call about `mentions`.
+/// The request and reply schema of a fact call about `mentions`: the
+/// entity call's system prompt and episode, then the entities and the task.
 fn fact_request(
     ontology: &Ontology,
-    system: &str,
+    prompts: &Prompts,
     spec: &ExtractSpec,
     episode: &Episode,
     context: &[&Episode],
     mentions: &[Mention],
 ) -> (ChatRequest, Value) {
     let mut entities = String::new();
+    let mut by_source = Map::new();
     for m in mentions {
-        let _ = writeln!(entities, "- {} ({})", m.name, m.type_name());
+        if !spec.facts_by_source {
+            let _ = writeln!(entities, "- {} ({})", m.name, m.type_name());
+            continue;
+        }
+        // The declared types this entity can start, as a reminder of what
+        // to look for; its list in the reply offers exactly those.
+        let branches = fact_branches(ontology, spec, mentions, Some(m));
+        let mut starts: Vec<&str> = branches
+            .iter()
+            .filter_map(|b| b["properties"]["relation_type"]["enum"][0].as_str())
+            .collect();
+        starts.dedup();
+        if starts.is_empty() {
+            let _ = writeln!(entities, "- {} ({})", m.name, m.type_name());
+        } else {
+            let _ = writeln!(
+                entities,
+                "- {} ({}; can be the source of {})",
+                m.name,
+                m.type_name(),
+                starts.join(", ")
+            );
+        }
+        by_source.insert(
+            m.name.clone(),
+            json!({"type": "array", "maxItems": FACTS_PER_ENTITY, "items": {"anyOf": branches}}),
+        );
     }
+    let task = if spec.facts_by_source {
+        &prompts.fact_task_by_source
+    } else {
+        &prompts.fact_task
+    };
     let user = format!(
-        "ENTITIES:\n{entities}\n{}",
-        episode_block(episode, context, spec.context_chars)
+        "{}\n\nENTITIES:\n{entities}\n{task}",
+        episode_block(episode, context, spec.context_chars),
     );
+    let facts = if spec.facts_by_source {
+        let names: Vec<&String> = by_source.keys().collect();
+        json!({
+            "type": "object",
+            "properties": by_source,
+            "required": names,
+            "additionalProperties": false
+        })
+    } else {
+        json!({
+            "type": "array",
+            "maxItems": (FACTS_PER_ENTITY * mentions.len()).max(8),
+            "items": fact_item_schema(ontology, spec, mentions)
+        })
+    };
     let schema = json!({
         "type": "object",
-        "properties": {
-            "facts": {
-                "type": "array",
-                "maxItems": (FACTS_PER_ENTITY * mentions.len()).max(8),
-                "items": fact_item_schema(ontology, spec, mentions)
-            }
-        },
+        "properties": {"facts": facts},
         "required": ["facts"],
         "additionalProperties": false
     });
@@ -741,8 +1003,8 @@ fn fact_request(
         ChatRequest {
             stage: Stage::ExtractFacts,
             item: Some(episode.episode_id.clone()),
-            messages: vec![Message::system(system), Message::user(user)],
-            max_tokens: spec.fact_max_tokens,
+            messages: vec![Message::system(prompts.system.clone()), Message::user(user)],
+            max_tokens: fact_reply_bound(spec, mentions.len()),
             prompt_version: PROMPT_VERSION.into(),
         },
         schema,
@@ -821,14 +1083,7 @@ pub async fn extract_facts(
     if mentions.len() < 2 {
         return Ok((Vec::new(), Vec::new()));
     }
-    let (request, schema) = fact_request(
-        ontology,
-        &prompts.fact_system,
-        spec,
-        episode,
-        context,
-        mentions,
-    );
+    let (request, schema) = fact_request(ontology, prompts, spec, episode, context, mentions);
     let reply = within_budget(
         spec,
         Stage::ExtractFacts,
@@ -842,8 +1097,10 @@ pub async fn extract_facts(
         .collect();
     let mut facts = Vec::new();
     let mut rejected = dropped(Stage::ExtractFacts, episode, reply.dropped);
+    let (facts_out, unshaped) = reply.value.facts.into_list();
+    rejected.extend(dropped(Stage::ExtractFacts, episode, unshaped));
     let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
-    for f in reply.value.facts {
+    for f in facts_out {
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractFacts,
             episode_id: episode.episode_id.clone(),
@@ -910,7 +1167,13 @@ pub async fn extract_facts(
                 .unwrap_or(None)
         };
         let (mut valid_at, mut invalid_at) = (parse(&f.valid_at), parse(&f.invalid_at));
-        if invalid_at.is_none() && crate::text::states_an_end(text) {
+        let ends = crate::text::states_an_end(text);
+        if valid_at.is_some() && invalid_at == valid_at && !ends {
+            // One moment for both is an event ("signed on"), not a
+            // relationship that ended the moment it began.
+            invalid_at = None;
+        }
+        if invalid_at.is_none() && ends {
             // The text says it ended and the model gave no end: it had
             // ended by the episode's time. A start at that very time is
             // the prompt's default for a current fact, not a start.
@@ -923,6 +1186,12 @@ pub async fn extract_facts(
             && i < v
         {
             invalid_at = None;
+        }
+        if valid_at.is_none() && invalid_at.is_none() {
+            // A relationship stated as current holds from the episode's
+            // time (the schema lets the model leave that date out rather
+            // than copy it into every fact).
+            valid_at = Some(episode.reference_time);
         }
         let key = (
             s,
@@ -989,6 +1258,90 @@ mod tests {
         )
         .expect("ontology spec");
         Ontology::try_from(&spec).expect("valid ontology")
+    }
+
+    #[test]
+    fn each_entity_type_offers_only_its_own_optional_properties() {
+        let spec: crate::ontology::OntologySpec = toml::from_str(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            properties = [
+              { name = "email", type = "text", pattern = '^[^@ ]+@[^@ ]+$' },
+              { name = "title", type = "text" },
+            ]
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            properties = [{ name = "domain", type = "text" }]
+            [[entity_types]]
+            name = "Team"
+            description = "A team."
+            "#,
+        )
+        .expect("ontology spec");
+        let ontology = Ontology::try_from(&spec).expect("valid ontology");
+        let schema = entity_schema(&ontology, &ExtractSpec::default());
+        let shapes = schema["properties"]["entities"]["items"]["anyOf"]
+            .as_array()
+            .expect("one shape per type");
+        let of = |t: &str| {
+            shapes
+                .iter()
+                .find(|s| s["properties"]["type"]["enum"] == json!([t]))
+                .unwrap_or_else(|| panic!("no shape for {t}"))
+        };
+        let person = &of("Person")["properties"]["attributes"];
+        let keys: Vec<&String> = person["properties"]
+            .as_object()
+            .expect("keys")
+            .keys()
+            .collect();
+        assert_eq!(keys, ["email", "title"]);
+        assert!(
+            person.get("required").is_none(),
+            "every property is optional"
+        );
+        assert_eq!(
+            person["properties"]["email"]["pattern"],
+            json!("^[^@ ]+@[^@ ]+$")
+        );
+        assert_eq!(
+            person["properties"]["title"]["maxLength"],
+            json!(VALUE_MAX_CHARS)
+        );
+        let company = &of("Company")["properties"]["attributes"]["properties"];
+        assert_eq!(company.as_object().map(|o| o.len()), Some(1));
+        // A type without properties, and the generic Entity, have no
+        // attributes to fill in; no shape requires them.
+        assert!(of("Team")["properties"].get("attributes").is_none());
+        assert!(of(ENTITY_LABEL)["properties"].get("attributes").is_none());
+        for s in shapes {
+            assert_eq!(s["required"], json!(["name", "type"]));
+        }
+    }
+
+    #[test]
+    fn attributes_parse_as_an_object_or_as_name_value_pairs() {
+        let object: EntityOut = serde_json::from_str(
+            r#"{"name": "Dana", "type": "Person", "attributes": {"title": "CFO", "email": null}}"#,
+        )
+        .expect("object form");
+        let pairs = object.attributes.pairs();
+        assert_eq!(pairs.len(), 1);
+        assert_eq!(
+            (pairs[0].name.as_str(), pairs[0].value.as_str()),
+            ("title", "CFO")
+        );
+        let list: EntityOut = serde_json::from_str(
+            r#"{"name": "Dana", "type": "Person", "attributes": [{"name": "title", "value": "CFO"}]}"#,
+        )
+        .expect("list form");
+        assert_eq!(list.attributes.pairs().len(), 1);
+        let none: EntityOut =
+            serde_json::from_str(r#"{"name": "Dana", "type": "Person"}"#).expect("no attributes");
+        assert!(none.attributes.pairs().is_empty());
     }
 
     fn mention(name: &str, kind: &str) -> Mention {
@@ -1070,6 +1423,88 @@ mod tests {
     }
 
     #[test]
+    fn facts_grouped_by_source_offer_only_what_that_entity_can_start() {
+        let onto = hr();
+        let mentions = [
+            mention("Dana", "Person"),
+            mention("Acme", "Company"),
+            mention("Globex", "Company"),
+        ];
+        let spec = ExtractSpec::default();
+        let dana = fact_branches(&onto, &spec, &mentions, Some(&mentions[0]));
+        let shapes: Vec<(String, Vec<String>)> = dana
+            .iter()
+            .map(|b| {
+                let relation = b["properties"]["relation_type"]["enum"][0]
+                    .as_str()
+                    .unwrap_or("(free)")
+                    .to_string();
+                let targets = b["properties"]["target"]["enum"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (relation, targets)
+            })
+            .collect();
+        assert_eq!(
+            shapes,
+            vec![
+                (
+                    "WORKS_FOR".to_string(),
+                    vec!["Acme".to_string(), "Globex".into()]
+                ),
+                (
+                    "(free)".to_string(),
+                    vec!["Acme".to_string(), "Globex".into()]
+                ),
+            ],
+            "never itself as a target"
+        );
+        // The source is the key, not a property; the rest keep their order
+        // (a model writes them in schema order: the end date last).
+        let keys: Vec<&String> = dana[0]["properties"]
+            .as_object()
+            .expect("props")
+            .keys()
+            .collect();
+        assert_eq!(
+            keys,
+            ["relation_type", "target", "fact", "valid_at", "invalid_at"]
+        );
+        assert_eq!(dana[0]["required"].as_array().map(Vec::len), Some(5));
+        // A company starts no declared type here: only the free shape.
+        let acme = fact_branches(&onto, &spec, &mentions, Some(&mentions[1]));
+        assert_eq!(acme.len(), 1);
+        assert!(
+            acme[0]["properties"]["relation_type"]
+                .get("pattern")
+                .is_some()
+        );
+        // A reply grouped by source reads as facts with their source.
+        let reply: FactReply = serde_json::from_value(json!({"facts": {
+            "Dana": [{"relation_type": "WORKS_FOR", "target": "Acme", "fact": "Dana works for Acme.",
+                      "valid_at": null, "invalid_at": null}, {"target": "Acme"}],
+            "Acme": []
+        }}))
+        .expect("grouped reply");
+        let (facts, notes) = reply.facts.into_list();
+        assert_eq!(facts.len(), 1);
+        assert_eq!(
+            (facts[0].source.as_str(), facts[0].target.as_str()),
+            ("Dana", "Acme")
+        );
+        assert_eq!(
+            notes.len(),
+            1,
+            "the item without a fact's shape is noted: {notes:?}"
+        );
+    }
+
+    #[test]
     fn the_free_relation_cannot_spell_a_declared_type() {
         let re = regex::Regex::new(FREE_RELATION_PATTERN).expect("pattern");
         assert!(re.is_match("works with") && re.is_match("reports to"));
@@ -1116,18 +1551,21 @@ mod tests {
                 kind: PropertyType::Text,
                 description: String::new(),
                 may_change: true,
+                pattern: Some("^[^@ ]+@[^@ ]+$".into()),
             },
             PropertySpec {
                 name: "amount".into(),
                 kind: PropertyType::Float,
                 description: String::new(),
                 may_change: false,
+                pattern: None,
             },
             PropertySpec {
                 name: "signed_on".into(),
                 kind: PropertyType::Date,
                 description: String::new(),
                 may_change: false,
+                pattern: None,
             },
         ];
         let evidence = Evidence::of(
@@ -1162,6 +1600,22 @@ mod tests {
         assert_eq!(notes.len(), 2);
         assert!(
             notes[0].contains("`email` = `dwhitcombe@example.com` is not written"),
+            "{notes:?}"
+        );
+        // A patterned value is copied as written, not pieced together
+        // from words of the text.
+        let (kept, notes) = typed_attributes(
+            &props,
+            &given(&[("email", "dana@whitcombe.northwind")]),
+            &Evidence::of("Dana Whitcombe of Northwind (Dana.Whitcombe@Northwind.test)"),
+        );
+        assert!(kept.is_empty(), "{kept:?}");
+        assert!(notes[0].contains("is not written"), "{notes:?}");
+        // Written in the text, but not of the property's shape.
+        let (kept, notes) = typed_attributes(&props, &given(&[("email", "Dana")]), &evidence);
+        assert!(kept.is_empty(), "{kept:?}");
+        assert!(
+            notes[0].contains("does not have the property's shape"),
             "{notes:?}"
         );
         // Whole words only: a fragment of a word is not the word.

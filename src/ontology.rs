@@ -390,6 +390,14 @@ fn check_properties(
                 ),
             });
         }
+        if let Some(pattern) = &p.pattern
+            && let Some(problem) = pattern_problem(p.kind, pattern)
+        {
+            issues.push(OntologyIssue {
+                path: format!("{path}.pattern"),
+                message: problem,
+            });
+        }
         if !seen.insert(p.name.as_str()) {
             issues.push(OntologyIssue {
                 path,
@@ -397,6 +405,24 @@ fn check_properties(
             });
         }
     }
+}
+
+/// Why `pattern` cannot be a property's pattern, if it cannot: only text
+/// properties have one, and it must be anchored (JSON Schema patterns
+/// match anywhere otherwise, and a grammar needs the whole value) and be a
+/// regular expression.
+fn pattern_problem(kind: PropertyType, pattern: &str) -> Option<String> {
+    if kind != PropertyType::Text {
+        return Some(format!("only text properties take a pattern, not {kind}"));
+    }
+    if !pattern.starts_with('^') || !pattern.ends_with('$') {
+        return Some(format!(
+            "pattern {pattern:?} must start with `^` and end with `$` (it describes the whole value)"
+        ));
+    }
+    crate::text::Pattern::new(pattern)
+        .err()
+        .map(|e| format!("pattern {pattern:?} is not a regular expression: {e}"))
 }
 
 fn check_entity_types(

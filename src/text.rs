@@ -412,6 +412,37 @@ pub fn states_an_end(fact: &str) -> bool {
     })
 }
 
+/// A property's pattern (see `PropertySpec::pattern`), compiled once per
+/// process: values are checked against it for every mention.
+pub struct Pattern;
+
+impl Pattern {
+    /// Compiles `pattern` as the value check reads it.
+    pub fn new(pattern: &str) -> Result<regex::Regex, regex::Error> {
+        regex::Regex::new(pattern)
+    }
+
+    /// Whether `value` matches `pattern`; a pattern that does not compile
+    /// (the ontology check refuses those) matches nothing.
+    pub fn matches(pattern: &str, value: &str) -> bool {
+        use std::collections::HashMap;
+        use std::sync::{LazyLock, RwLock};
+        static COMPILED: LazyLock<RwLock<HashMap<String, Option<regex::Regex>>>> =
+            LazyLock::new(RwLock::default);
+        if let Ok(map) = COMPILED.read()
+            && let Some(compiled) = map.get(pattern)
+        {
+            return compiled.as_ref().is_some_and(|r| r.is_match(value));
+        }
+        let compiled = Pattern::new(pattern).ok();
+        let found = compiled.as_ref().is_some_and(|r| r.is_match(value));
+        if let Ok(mut map) = COMPILED.write() {
+            map.insert(pattern.to_string(), compiled);
+        }
+        found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -505,12 +505,12 @@ fn answer(answers: &HashMap<String, Answer>, req: &ChatRequestView) -> Reply {
     let system = req.last("system").unwrap_or_default();
     let user = req.last("user").unwrap_or_default();
     let known = current_episode(user).and_then(|c| answers.get(c));
-    if system.contains("list the named entities") {
+    if user.contains("TASK: list the named entities") {
         return Reply::Content(
             known.map_or_else(|| r#"{"entities": []}"#.to_string(), |a| a.entities.clone()),
         );
     }
-    if system.contains("state the facts") {
+    if user.contains("TASK: state every fact") {
         return Reply::Content(
             known.map_or_else(|| r#"{"facts": []}"#.to_string(), |a| a.facts.clone()),
         );

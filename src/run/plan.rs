@@ -44,7 +44,8 @@ pub fn plan(
         entity.max_completion_tokens += req.max_tokens as u64;
         // The fact prompt carries the episode plus the entity list.
         fact.prompt_tokens += prompt + ENTITIES_PER_EPISODE * 8;
-        fact.max_completion_tokens += spec.fact_max_tokens as u64;
+        fact.max_completion_tokens +=
+            extract::fact_reply_bound(spec, ENTITIES_PER_EPISODE as usize) as u64;
     }
     let levels = |tree: &TypeTree| tree.iter().filter(|t| !t.children.is_empty()).count() as u64;
     let batch = spec.classify_batch_size.max(1) as u64;

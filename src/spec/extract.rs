@@ -27,6 +27,10 @@ pub struct ExtractSpec {
     /// subtypes included, instead of the top-level ones followed by the
     /// edge subtype walk.
     pub fold_edge_subtypes: bool,
+    /// Whether the fact reply is grouped by source entity (one list of
+    /// facts under each entity's name, offering only the fact types that
+    /// entity's type can start) instead of one list of facts.
+    pub facts_by_source: bool,
 }
 
 impl Default for ExtractSpec {
@@ -41,6 +45,7 @@ impl Default for ExtractSpec {
             call_budget_secs: 300,
             max_entities_per_episode: 40,
             fold_edge_subtypes: false,
+            facts_by_source: false,
         }
     }
 }

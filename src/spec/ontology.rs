@@ -55,6 +55,15 @@ pub struct PropertySpec {
     /// whose different values mean different entities.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub may_change: bool,
+    /// The shape a text value must have, as a regular expression anchored
+    /// with `^` and `$` (e.g. `^[a-z0-9-]+(\\.[a-z0-9-]+)+$` for a web
+    /// domain). Sent in the reply schema, so a grammar-constrained server
+    /// can only write such values, and checked on every value: one that
+    /// does not match is not stored (a `failures` row). Keeps a phrase the
+    /// episode happens to write ("a Delaware corporation") out of an
+    /// identity property.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
 }
 
 /// A custom entity type.

@@ -108,7 +108,7 @@ fn answer(req: &ChatRequestView) -> Reply {
         .split("REFERENCE TIME (when the current episode was written): ")
         .nth(1)
         .map(|t| t.trim().chars().take(20).collect::<String>());
-    if system.contains("list the named entities") {
+    if user.contains("TASK: list the named entities") {
         let Some((p, c, po)) = current.and_then(parse) else {
             return Reply::json(&json!({"entities": []}));
         };
@@ -120,7 +120,7 @@ fn answer(req: &ChatRequestView) -> Reply {
             list.push(json!({"name": po, "type": "Contract", "attributes": []}));
         }
         Reply::json(&json!({ "entities": list }))
-    } else if system.contains("state the facts") {
+    } else if user.contains("TASK: state every fact") {
         let Some((p, c, po)) = current.and_then(parse) else {
             return Reply::json(&json!({"facts": []}));
         };

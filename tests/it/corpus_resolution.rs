@@ -214,7 +214,7 @@ impl Oracle {
     fn answer(&self, req: &ChatRequestView) -> Reply {
         let system = req.last("system").unwrap_or_default();
         let user = req.last("user").unwrap_or_default();
-        if system.contains("list the named entities") {
+        if user.contains("TASK: list the named entities") {
             let Some((id, content)) = self.episode_of(user) else {
                 return Reply::json(&json!({"entities": []}));
             };
@@ -227,7 +227,7 @@ impl Oracle {
                 })
                 .collect();
             Reply::json(&json!({ "entities": list }))
-        } else if system.contains("state the facts") {
+        } else if user.contains("TASK: state every fact") {
             let Some((id, content)) = self.episode_of(user) else {
                 return Reply::json(&json!({"facts": []}));
             };

@@ -1925,6 +1925,7 @@ fn properties() -> impl Strategy<Value = Vec<PropertySpec>> {
                 kind,
                 description: d,
                 may_change: false,
+                pattern: None,
             }
         }),
         0..4,
@@ -2122,6 +2123,7 @@ fn fuzz_valid_ontologies_are_accepted_with_the_tree_as_written() {
                     kind: PropertyType::Text,
                     description: String::new(),
                     may_change: false,
+                    pattern: None,
                 }],
                 identity_properties: vec!["code".into()],
             });

@@ -694,7 +694,7 @@ fn scripted(req: &ChatRequestView) -> Reply {
     let system = req.last("system").unwrap_or_default();
     let user = req.last("user").unwrap_or_default();
     let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
-    if system.contains("list the named entities") {
+    if user.contains("TASK: list the named entities") {
         let mut entities = Vec::new();
         for (name, ty) in [
             ("Priya Raman", "Person"),
@@ -706,7 +706,7 @@ fn scripted(req: &ChatRequestView) -> Reply {
             }
         }
         Reply::json(&json!({ "entities": entities }))
-    } else if system.contains("state the facts") {
+    } else if user.contains("TASK: state every fact") {
         let facts = if current.contains("joined Brightline Systems") {
             json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null}])
         } else {

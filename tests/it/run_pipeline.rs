@@ -124,12 +124,12 @@ fn responder(
         let system = req.last("system").unwrap_or_default();
         let user = req.last("user").unwrap_or_default();
         let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
-        if system.contains("list the named entities") {
+        if user.contains("TASK: list the named entities") {
             if fail_entities.load(Ordering::SeqCst) && current.contains("Priya Raman") {
                 return Reply::Fault(Fault::ServerError(500));
             }
             Reply::json(&entities_for(current))
-        } else if system.contains("state the facts") {
+        } else if user.contains("TASK: state every fact") {
             Reply::json(&facts_for(current))
         } else if system.contains("already classified as") {
             Reply::json(&classify(
@@ -249,10 +249,11 @@ fn stage_calls(server: &TestServer, needle: &str) -> Vec<graphloom::llm::test_se
         .requests()
         .into_iter()
         .filter(|r| {
-            r.body["messages"][0]["content"]
-                .as_str()
-                .unwrap_or_default()
-                .contains(needle)
+            r.body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["content"].as_str().unwrap_or_default().contains(needle))
         })
         .collect()
 }
@@ -265,8 +266,11 @@ async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
     // One entity call and at most one fact call per episode; the walks are
     // batched: both Contract mentions of PO-1 and the new contract share one
     // call, and PurchaseOrder is a leaf, so the walk stops there.
-    assert_eq!(stage_calls(&f.server, "list the named entities").len(), 4);
-    assert_eq!(stage_calls(&f.server, "state the facts").len(), 4);
+    assert_eq!(
+        stage_calls(&f.server, "TASK: list the named entities").len(),
+        4
+    );
+    assert_eq!(stage_calls(&f.server, "TASK: state every fact").len(), 4);
     let classify = stage_calls(&f.server, "already classified as Contract");
     assert_eq!(classify.len(), 1);
     let items = classify[0].body["messages"][1]["content"]
@@ -393,7 +397,7 @@ async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
     );
 
     // e2 continues thread-1: its prompts carry e1 as context.
-    let e2 = stage_calls(&f.server, "list the named entities")
+    let e2 = stage_calls(&f.server, "TASK: list the named entities")
         .into_iter()
         .find(|r| {
             r.body["messages"][1]["content"]
@@ -1062,7 +1066,7 @@ async fn a_fact_call_offers_each_declared_type_only_for_the_entities_its_source_
     let f = fixture(|s| s.extract.fold_edge_subtypes = true).await;
     let report = run(&f).await;
     assert_eq!(report.episodes_added, 4, "{report:?}");
-    let calls = stage_calls(&f.server, "state the facts");
+    let calls = stage_calls(&f.server, "TASK: state every fact");
     // The call whose current episode holds `needle` (e2's prompt carries
     // e1 as a previous episode).
     let of = |needle: &str| {
@@ -1167,10 +1171,9 @@ async fn a_replay_from_the_cache_makes_no_calls_whatever_order_replies_arrived_i
     f.server
         .set_behavior(Behavior::with_responder(move |req: &ChatRequestView| {
             let reply = inner(req);
-            let system = req.last("system").unwrap_or_default();
             let user = req.last("user").unwrap_or_default();
             let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
-            let delay_ms = if !system.contains("state the facts") {
+            let delay_ms = if !user.contains("TASK: state every fact") {
                 0
             } else if current.contains("works full time") {
                 600
