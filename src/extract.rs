@@ -452,7 +452,7 @@ impl Prompts {
             type_words: ontology
                 .entity_types
                 .keys()
-                .map(|k| normalize_name(k))
+                .map(|k| type_word(k))
                 .collect(),
         }
     }
@@ -482,6 +482,13 @@ impl Prompts {
     pub fn entity_schema(&self) -> &Value {
         &self.entity_schema
     }
+}
+
+/// A name as a type word: folded, without spaces, so that "Order Form"
+/// and "purchase order" are recognised as the types `OrderForm` and
+/// `PurchaseOrder`, not names of entities.
+fn type_word(name: &str) -> String {
+    normalize_name(name).replace(' ', "")
 }
 
 /// The `max_tokens` of an entity call: `extract.entity_max_tokens`, or
@@ -705,7 +712,7 @@ pub async fn extract_entities(
             rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
             continue;
         }
-        if type_words.contains(&normalized) || normalized == normalize_name(ENTITY_LABEL) {
+        if type_words.contains(&type_word(&name)) || normalized == normalize_name(ENTITY_LABEL) {
             rejected.push(reject(format!("entity named after a type: `{name}`")));
             continue;
         }
@@ -1268,7 +1275,7 @@ mod tests {
             name = "Person"
             description = "A person."
             properties = [
-              { name = "email", type = "text", pattern = '^[^@ ]+@[^@ ]+$' },
+              { name = "email", type = "text", pattern = '^[^@ ]{1,64}@[^@ ]{1,64}$' },
               { name = "title", type = "text" },
             ]
             [[entity_types]]
@@ -1305,7 +1312,7 @@ mod tests {
         );
         assert_eq!(
             person["properties"]["email"]["pattern"],
-            json!("^[^@ ]+@[^@ ]+$")
+            json!("^[^@ ]{1,64}@[^@ ]{1,64}$")
         );
         assert_eq!(
             person["properties"]["title"]["maxLength"],
@@ -1320,6 +1327,13 @@ mod tests {
         for s in shapes {
             assert_eq!(s["required"], json!(["name", "type"]));
         }
+    }
+
+    #[test]
+    fn a_type_written_as_words_is_a_type_word() {
+        assert_eq!(type_word("Order Form"), type_word("OrderForm"));
+        assert_eq!(type_word("purchase-order"), type_word("PurchaseOrder"));
+        assert_ne!(type_word("Order Form OF-601"), type_word("OrderForm"));
     }
 
     #[test]

@@ -420,9 +420,14 @@ fn pattern_problem(kind: PropertyType, pattern: &str) -> Option<String> {
             "pattern {pattern:?} must start with `^` and end with `$` (it describes the whole value)"
         ));
     }
-    crate::text::Pattern::new(pattern)
-        .err()
-        .map(|e| format!("pattern {pattern:?} is not a regular expression: {e}"))
+    if let Err(e) = crate::text::Pattern::new(pattern) {
+        return Some(format!("pattern {pattern:?} is not a regular expression: {e}"));
+    }
+    crate::text::Pattern::unbounded(pattern).then(|| {
+        format!(
+            "pattern {pattern:?} repeats without a bound (`*`, `+` or `{{n,}}`): write a bound such as `{{1,64}}` (a grammar-constrained server applies the pattern instead of the value's length limit, so an unbounded pattern lets a model write on until its token limit)"
+        )
+    })
 }
 
 fn check_entity_types(

@@ -422,6 +422,20 @@ impl Pattern {
         regex::Regex::new(pattern)
     }
 
+    /// Whether `pattern` repeats anything without an upper bound.
+    pub fn unbounded(pattern: &str) -> bool {
+        fn open(h: &regex_syntax::hir::Hir) -> bool {
+            use regex_syntax::hir::HirKind;
+            match h.kind() {
+                HirKind::Repetition(r) => r.max.is_none() || open(&r.sub),
+                HirKind::Capture(c) => open(&c.sub),
+                HirKind::Concat(hs) | HirKind::Alternation(hs) => hs.iter().any(open),
+                _ => false,
+            }
+        }
+        regex_syntax::parse(pattern).is_ok_and(|h| open(&h))
+    }
+
     /// Whether `value` matches `pattern`; a pattern that does not compile
     /// (the ontology check refuses those) matches nothing.
     pub fn matches(pattern: &str, value: &str) -> bool {
@@ -445,6 +459,15 @@ impl Pattern {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pattern_must_bound_its_repetitions() {
+        assert!(Pattern::unbounded("^[a-z]+$"));
+        assert!(Pattern::unbounded("^a(b[0-9]*)?$"));
+        assert!(Pattern::unbounded("^[a-z]{2,}$"));
+        assert!(!Pattern::unbounded("^[a-z]{1,63}(\\.[a-z]{1,63}){1,4}$"));
+        assert!(!Pattern::unbounded("^(open|closed)?$"));
+    }
+
     #[test]
     fn a_code_bearing_name_is_the_code_as_the_text_writes_it() {
         let text = "Please countersign OF-601 by Friday; PO-4471 is still open.";
