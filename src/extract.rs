@@ -449,11 +449,7 @@ impl Prompts {
             entity_schema: entity_schema(ontology, spec),
             fact_task: fact_task(ontology, spec, false),
             fact_task_by_source: fact_task(ontology, spec, true),
-            type_words: ontology
-                .entity_types
-                .keys()
-                .map(|k| type_word(k))
-                .collect(),
+            type_words: ontology.entity_types.keys().map(|k| type_word(k)).collect(),
         }
     }
 
@@ -1193,12 +1189,6 @@ pub async fn extract_facts(
             && i < v
         {
             invalid_at = None;
-        }
-        if valid_at.is_none() && invalid_at.is_none() {
-            // A relationship stated as current holds from the episode's
-            // time (the schema lets the model leave that date out rather
-            // than copy it into every fact).
-            valid_at = Some(episode.reference_time);
         }
         let key = (
             s,

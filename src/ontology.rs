@@ -421,7 +421,9 @@ fn pattern_problem(kind: PropertyType, pattern: &str) -> Option<String> {
         ));
     }
     if let Err(e) = crate::text::Pattern::new(pattern) {
-        return Some(format!("pattern {pattern:?} is not a regular expression: {e}"));
+        return Some(format!(
+            "pattern {pattern:?} is not a regular expression: {e}"
+        ));
     }
     crate::text::Pattern::unbounded(pattern).then(|| {
         format!(
