@@ -420,7 +420,7 @@ fn pattern_problem(kind: PropertyType, pattern: &str) -> Option<String> {
             "pattern {pattern:?} must start with `^` and end with `$` (it describes the whole value)"
         ));
     }
-    if let Err(e) = crate::text::Pattern::new(pattern) {
+    if let Err(e) = crate::text::Pattern::compile(pattern) {
         return Some(format!(
             "pattern {pattern:?} is not a regular expression: {e}"
         ));

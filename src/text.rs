@@ -418,7 +418,7 @@ pub struct Pattern;
 
 impl Pattern {
     /// Compiles `pattern` as the value check reads it.
-    pub fn new(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    pub fn compile(pattern: &str) -> Result<regex::Regex, regex::Error> {
         regex::Regex::new(pattern)
     }
 
@@ -448,7 +448,7 @@ impl Pattern {
         {
             return compiled.as_ref().is_some_and(|r| r.is_match(value));
         }
-        let compiled = Pattern::new(pattern).ok();
+        let compiled = Pattern::compile(pattern).ok();
         let found = compiled.as_ref().is_some_and(|r| r.is_match(value));
         if let Ok(mut map) = COMPILED.write() {
             map.insert(pattern.to_string(), compiled);
