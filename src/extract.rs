@@ -524,10 +524,15 @@ pub const FACTS_PER_ENTITY: usize = 4;
 fn dropped(stage: Stage, episode: &Episode, notes: Vec<String>) -> Vec<Rejected> {
     notes
         .into_iter()
-        .map(|reason| Rejected {
+        .map(|note| Rejected {
             stage,
             episode_id: episode.episode_id.clone(),
-            reason: format!("the reply broke a bound of its schema: {reason}"),
+            // A cut says so itself; other notes are items past a bound.
+            reason: if note.starts_with("the reply was cut") {
+                note
+            } else {
+                format!("the reply broke a bound of its schema: {note}")
+            },
             excerpt: String::new(),
         })
         .collect()
