@@ -832,17 +832,17 @@ fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention
 /// The branches of [`fact_item_schema`]; with `from`, those of the facts
 /// whose source is that mention, without a `source` property (the reply
 /// groups facts by source, see `extract.facts_by_source`).
-fn fact_branches(
+fn fact_branches<'a>(
     ontology: &Ontology,
     spec: &ExtractSpec,
-    mentions: &[Mention],
-    from: Option<&Mention>,
+    mentions: &'a [Mention],
+    from: Option<&'a Mention>,
 ) -> Vec<Value> {
     let time = json!({"anyOf": [
         {"type": "string", "pattern": TIME_PATTERN, "maxLength": 20},
         {"type": "null"}
     ]});
-    let names = |wanted: &str| -> Vec<&str> {
+    let names = |wanted: &str| -> Vec<&'a str> {
         let mut out: Vec<&str> = Vec::new();
         for m in mentions {
             if ontology.entity_fits(m.type_name(), wanted) && !out.contains(&m.name.as_str()) {
@@ -875,28 +875,21 @@ fn fact_branches(
     };
     // With a source, only it may start a fact, and it cannot be its own
     // target.
-    let pick = |sources: Vec<&str>, targets: Vec<&str>| -> Option<(Vec<String>, Vec<String>)> {
-        match from {
-            None => {
-                let one_and_same = sources.len() == 1 && targets == sources;
-                (!sources.is_empty() && !targets.is_empty() && !one_and_same).then(|| {
-                    (
-                        sources.iter().map(|s| s.to_string()).collect(),
-                        targets.iter().map(|s| s.to_string()).collect(),
-                    )
-                })
+    let pick =
+        |sources: Vec<&'a str>, targets: Vec<&'a str>| -> Option<(Vec<&'a str>, Vec<&'a str>)> {
+            match from {
+                None => {
+                    let one_and_same = sources.len() == 1 && targets == sources;
+                    (!sources.is_empty() && !targets.is_empty() && !one_and_same)
+                        .then_some((sources, targets))
+                }
+                Some(m) => {
+                    let targets: Vec<&str> = targets.into_iter().filter(|t| *t != m.name).collect();
+                    (sources.contains(&m.name.as_str()) && !targets.is_empty())
+                        .then(|| (vec![m.name.as_str()], targets))
+                }
             }
-            Some(m) => {
-                let targets: Vec<String> = targets
-                    .iter()
-                    .filter(|t| **t != m.name)
-                    .map(|t| t.to_string())
-                    .collect();
-                (sources.contains(&m.name.as_str()) && !targets.is_empty())
-                    .then(|| (vec![m.name.clone()], targets))
-            }
-        }
-    };
+        };
     let mut branches: Vec<Value> = Vec::new();
     for name in fact_types(ontology, spec) {
         let Some(et) = ontology.edge_types.get(&name) else {
@@ -915,11 +908,7 @@ fn fact_branches(
             let Some((sources, targets)) = pick(names(s), names(t)) else {
                 continue;
             };
-            let b = branch(
-                json!({"type": "string", "enum": [name]}),
-                sources.iter().map(String::as_str).collect(),
-                targets.iter().map(String::as_str).collect(),
-            );
+            let b = branch(json!({"type": "string", "enum": [name]}), sources, targets);
             if !branches.contains(&b) {
                 branches.push(b);
             }
@@ -929,8 +918,8 @@ fn fact_branches(
     if let Some((sources, targets)) = pick(all.clone(), all) {
         branches.push(branch(
             json!({"type": "string", "pattern": FREE_RELATION_PATTERN, "maxLength": RELATION_MAX_CHARS}),
-            sources.iter().map(String::as_str).collect(),
-            targets.iter().map(String::as_str).collect(),
+            sources,
+            targets,
         ));
     }
     branches
