@@ -141,16 +141,8 @@ fn reply_schema(
             "required": ["id", "subtype"],
             "additionalProperties": false
         });
-        if with_attributes && !properties.is_empty() {
-            let values: serde_json::Map<String, Value> = properties
-                .iter()
-                .map(|p| (p.name.clone(), crate::extract::value_schema(p)))
-                .collect();
-            item["properties"]["attributes"] = json!({
-                "type": "object",
-                "properties": values,
-                "additionalProperties": false
-            });
+        if with_attributes && let Some(attributes) = crate::extract::attributes_schema(properties) {
+            item["properties"]["attributes"] = attributes;
         }
         item
     };

@@ -587,6 +587,23 @@ pub fn value_schema(property: &PropertySpec) -> Value {
     schema
 }
 
+/// The schema of the `attributes` a reply gives for a type with
+/// `properties`: an object of their values, each optional; `None` for a
+/// type without properties.
+pub fn attributes_schema(properties: &[PropertySpec]) -> Option<Value> {
+    let values: Map<String, Value> = properties
+        .iter()
+        .map(|p| (p.name.clone(), value_schema(p)))
+        .collect();
+    (!values.is_empty()).then(|| {
+        json!({
+            "type": "object",
+            "properties": values,
+            "additionalProperties": false
+        })
+    })
+}
+
 /// The reply schema of entity calls: one shape per top-level type, whose
 /// `attributes` object offers only that type's properties, all optional
 /// (a model asked for a property tends to invent a value for it).
@@ -598,17 +615,8 @@ fn entity_schema(ontology: &Ontology, spec: &ExtractSpec) -> Value {
             continue;
         };
         let mut properties = json!({"name": name, "type": {"type": "string", "enum": [t.name]}});
-        if !ts.properties.is_empty() {
-            let values: Map<String, Value> = ts
-                .properties
-                .iter()
-                .map(|p| (p.name.clone(), value_schema(p)))
-                .collect();
-            properties["attributes"] = json!({
-                "type": "object",
-                "properties": values,
-                "additionalProperties": false
-            });
+        if let Some(attributes) = attributes_schema(&ts.properties) {
+            properties["attributes"] = attributes;
         }
         shapes.push(json!({
             "type": "object",
