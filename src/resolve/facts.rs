@@ -41,8 +41,8 @@ pub struct FactResolution {
 /// Every other fact (other families, or no `valid_at`) is a duplicate of
 /// an unexpired edge with the same endpoints, relation type and alike
 /// text, committed or earlier in this run, and folds into it; a fact with
-/// an `invalid_at` (the relationship ended) folds into such an edge
-/// whatever its text, and so ends it. Nothing else is invalidated without
+/// an `invalid_at` (the relationship ended) folds into the alike edge, or
+/// when there is none into such an edge whatever its text, and so ends it. Nothing else is invalidated without
 /// an LLM judgement there (see [`contradiction_candidates`]). Nothing is
 /// deleted.
 ///
@@ -135,13 +135,16 @@ pub fn resolve_facts(
         // A fact that says the relationship ended ("has left", "no longer")
         // ends the live edge of the same endpoints and type whatever its
         // wording: it is about that edge.
+        // The edge it restates in so many words comes first: a record
+        // that ends "X is the seller on PO-1" ends that edge, not another
+        // fact between the same two nodes.
         let ends = e.invalid_at.is_some();
         let found = seen.get(&key(e)).and_then(|slots| {
+            let live = |r: &EdgeRef| overlap(sweep.get(*r), e);
             slots
                 .iter()
-                .find(|(r, t)| {
-                    (ends || alike(t, &text, duplicate_similarity)) && overlap(sweep.get(*r), e)
-                })
+                .find(|(r, t)| alike(t, &text, duplicate_similarity) && live(r))
+                .or_else(|| slots.iter().find(|(r, _)| ends && live(r)))
                 .map(|(r, _)| *r)
         });
         match found {
