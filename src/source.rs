@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `jsonl` | `*.jsonl`, `*.ndjson` | line (blank lines are skipped) |
 //! | `json` | `*.json` | item of a top-level array (an object alone is one record) |
-//! | `parquet` | `*.parquet` | row, through `source.columns` |
+//! | `parquet` | `*.parquet` | row, through `source.columns`; with kind `json` and no `content` column, the whole row is the record |
 //! | `text` | `*.txt`, `*.md` | chunk of about `source.chunk_tokens` tokens |
 //!
 //! Files of other extensions are counted in [`Loaded::ignored`]; files and
@@ -19,7 +19,10 @@
 //! A record (JSON object or Parquet row) has these fields ([`RECORD_FIELDS`]):
 //!
 //! * `content` (required): a non-empty string; with kind `json` a JSON object
-//!   or array is accepted too and stored serialised;
+//!   or array is accepted too and stored serialised; a Parquet file with no
+//!   `content` column read with `default_kind = "json"` gives each row's
+//!   columns as the content, one JSON object (null columns left out), which
+//!   is what `[[mapping]]` rules of CRM or ERP tables read;
 //! * `kind`: `message`, `text` or `json` (default `source.default_kind`);
 //! * `reference_time`: RFC 3339 (converted to UTC), or for Parquet a
 //!   timestamp column of any unit and time zone (no time zone = UTC); when
@@ -1179,13 +1182,19 @@ fn parse_parquet<R: parquet::file::reader::ChunkReader + 'static>(
     };
     let schema = builder.schema().clone();
     let columns = &ctx.settings.columns;
+    // A table of records (a CRM or ERP export) has no content column: with
+    // kind `json` each row is then the record, its columns written as one
+    // JSON object (what `[[mapping]]` rules read).
+    let whole_row = ctx.settings.default_kind == EpisodeKind::Json
+        && !columns.contains_key("content")
+        && schema.index_of("content").is_err();
     let mut mapped: Vec<(&str, String)> = Vec::new();
     let mut roots = Vec::new();
     for field in RECORD_FIELDS {
         let explicit = columns.get(*field);
         let name = explicit.map_or(*field, String::as_str);
         let Ok(idx) = schema.index_of(name) else {
-            if explicit.is_some() || *field == "content" {
+            if explicit.is_some() || (*field == "content" && !whole_row) {
                 let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 let how = if explicit.is_some() {
                     format!("source.columns.{field} names column `{name}`")
@@ -1230,7 +1239,11 @@ fn parse_parquet<R: parquet::file::reader::ChunkReader + 'static>(
         mapped.push((field, name.to_string()));
         roots.push(idx);
     }
-    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let mask = if whole_row {
+        ProjectionMask::all()
+    } else {
+        ProjectionMask::roots(builder.parquet_schema(), roots)
+    };
     let reader = match builder.with_projection(mask).with_batch_size(1024).build() {
         Ok(r) => r,
         Err(e) => {
@@ -1259,12 +1272,33 @@ fn parse_parquet<R: parquet::file::reader::ChunkReader + 'static>(
                 return;
             }
         };
-        if let Err(reason) = parquet_batch(ctx, &batch, &mapped, row_base, out) {
+        if let Err(reason) = parquet_batch(ctx, &batch, &mapped, whole_row, row_base, out) {
             fail(ctx, out, None, reason, None);
             return;
         }
         row_base += batch.num_rows();
     }
+}
+
+/// Each row of `batch` as one JSON object (null columns left out).
+fn rows_as_json(batch: &RecordBatch) -> Result<Vec<String>, String> {
+    let mut buf = Vec::new();
+    let mut writer = arrow::json::LineDelimitedWriter::new(&mut buf);
+    writer
+        .write(batch)
+        .and_then(|()| writer.finish())
+        .map_err(|e| format!("rows cannot be read as JSON records: {e}"))?;
+    let text =
+        String::from_utf8(buf).map_err(|e| format!("rows cannot be read as JSON records: {e}"))?;
+    let rows: Vec<String> = text.lines().map(str::to_string).collect();
+    if rows.len() != batch.num_rows() {
+        return Err(format!(
+            "rows cannot be read as JSON records: {} rows gave {} objects",
+            batch.num_rows(),
+            rows.len()
+        ));
+    }
+    Ok(rows)
 }
 
 /// [`parse_parquet`], with a panic of the Parquet reader turned into a
@@ -1298,9 +1332,15 @@ fn parquet_batch(
     ctx: &FileCtx,
     batch: &RecordBatch,
     mapped: &[(&str, String)],
+    whole_row: bool,
     row_base: usize,
     out: &mut FileOut,
 ) -> Result<(), String> {
+    let rows_json = if whole_row {
+        Some(rows_as_json(batch)?)
+    } else {
+        None
+    };
     let mut cols: BTreeMap<&str, Column> = BTreeMap::new();
     for (field, name) in mapped {
         let Some(array) = batch.column_by_name(name) else {
@@ -1323,11 +1363,13 @@ fn parquet_batch(
                 .filter(|s| !s.trim().is_empty())
                 .map(str::to_string)
         };
+        let row_json = rows_json.as_ref().map(|rows| rows[r].clone());
         let size: usize = RECORD_FIELDS
             .iter()
             .filter_map(|f| get(f).string(r))
             .map(str::len)
-            .sum();
+            .sum::<usize>()
+            + row_json.as_ref().map_or(0, String::len);
         let checked = (|| {
             if size > max {
                 return Err(too_large(size, max));
@@ -1336,7 +1378,11 @@ fn parquet_batch(
                 Some(k) => parse_kind(k)?,
                 None => ctx.settings.default_kind,
             };
-            let content = check_content(get("content").string(r).map(str::to_string))?;
+            let content = check_content(
+                row_json
+                    .clone()
+                    .or_else(|| get("content").string(r).map(str::to_string)),
+            )?;
             let reference_time = match get("reference_time") {
                 Column::Times(t) => t[r],
                 Column::Strings(_) => match text("reference_time") {
@@ -1361,7 +1407,9 @@ fn parquet_batch(
                 out.episodes.push(ep);
             }
             Err(reason) => {
-                let excerpt = get("content").string(r).map(str::to_string);
+                let excerpt = row_json
+                    .clone()
+                    .or_else(|| get("content").string(r).map(str::to_string));
                 out.failures.push(SourceFailure {
                     source_uri: ctx.uri.clone(),
                     item: format!("{}#{row}", ctx.name),

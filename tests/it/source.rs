@@ -335,6 +335,62 @@ fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_parquet_table_without_content_gives_each_row_as_a_json_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_parquet(
+        &dir.path().join("crm.parquet"),
+        vec![
+            (
+                "name",
+                Arc::new(StringArray::from(vec![Some("Acme Corp"), Some("Globex")])) as ArrayRef,
+            ),
+            (
+                "domain",
+                Arc::new(StringArray::from(vec![Some("acme.test"), None])) as ArrayRef,
+            ),
+            (
+                "employees",
+                Arc::new(Int64Array::from(vec![120, 9])) as ArrayRef,
+            ),
+            ("id", Arc::new(Int64Array::from(vec![7, 8])) as ArrayRef),
+        ],
+    );
+    let loaded = load(&spec(
+        &dir_url(dir.path()),
+        "parquet",
+        "default_kind = \"json\"",
+    ))
+    .await;
+    assert!(loaded.failures.is_empty(), "{:?}", loaded.failures);
+    let e = &loaded.episodes;
+    assert_eq!(e.len(), 2);
+    assert_eq!(e[0].kind, EpisodeKind::Json);
+    let first: serde_json::Value = serde_json::from_str(&e[0].content).expect("JSON content");
+    assert_eq!(
+        first,
+        serde_json::json!({"name": "Acme Corp", "domain": "acme.test", "employees": 120, "id": 7})
+    );
+    let second: serde_json::Value = serde_json::from_str(&e[1].content).expect("JSON content");
+    assert_eq!(
+        second,
+        serde_json::json!({"name": "Globex", "employees": 9, "id": 8}),
+        "a null column is left out"
+    );
+    assert_eq!(e[1].source_id.as_deref(), Some("8"));
+
+    // Without kind json a missing content column is still an error of the file.
+    let loaded = load(&spec(&dir_url(dir.path()), "parquet", "")).await;
+    assert!(loaded.episodes.is_empty());
+    assert!(
+        loaded.failures[0]
+            .reason
+            .contains("content is read from column `content`"),
+        "{:?}",
+        loaded.failures
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn parquet_rows_are_read_through_the_column_mapping() {
     let dir = tempfile::tempdir().expect("temp dir");
     let sent_at = TimestampMillisecondArray::from(vec![
