@@ -42,7 +42,8 @@ pub struct FactResolution {
 /// an unexpired edge with the same endpoints, relation type and alike
 /// text, committed or earlier in this run, and folds into it; a fact with
 /// an `invalid_at` (the relationship ended) folds into the alike edge, or
-/// when there is none into such an edge whatever its text, and so ends it. Nothing else is invalidated without
+/// when there is none into such an edge whatever its text, and so ends it
+/// and every other live wording of that relationship. Nothing else is invalidated without
 /// an LLM judgement there (see [`contradiction_candidates`]). Nothing is
 /// deleted.
 ///
@@ -147,6 +148,20 @@ pub fn resolve_facts(
                 .or_else(|| slots.iter().find(|(r, _)| ends && live(r)))
                 .map(|(r, _)| *r)
         });
+        // Other live wordings of the same relationship between the same
+        // nodes ("ships PO-1", "is the seller on PO-1") end with it.
+        let others: Vec<EdgeRef> = match (ends, found) {
+            (true, Some(into)) => seen[&key(e)]
+                .iter()
+                .map(|(r, _)| *r)
+                .filter(|r| *r != into && overlap(sweep.get(*r), e))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let end = e.invalid_at;
+        for r in others {
+            sweep.end_at(r, end);
+        }
         match found {
             Some(into) => sweep.fold(i, into),
             None => seen
