@@ -10,6 +10,7 @@
 //!   content-hash ids;
 //! * [`llm`]: the rate-limited, retrying, caching LLM client;
 //! * [`extract`] and [`classify`]: entity and fact extraction, subtype walks;
+//! * [`mapping`]: structured records mapped to entities and facts by rules;
 //! * [`resolve`]: matching mentions to nodes and facts to edges;
 //! * [`store`]: the graph's Delta tables and the commit protocol;
 //! * [`query`]: a DataFusion session over the graph with label functions.
@@ -29,6 +30,7 @@ pub mod eval;
 pub mod export;
 pub mod extract;
 pub mod llm;
+pub mod mapping;
 pub mod objstore;
 pub mod ontology;
 pub mod query;
@@ -54,6 +56,8 @@ pub enum Error {
     Ontology(#[from] ontology::OntologyError),
     #[error(transparent)]
     Location(#[from] objstore::LocationError),
+    #[error(transparent)]
+    Mapping(#[from] mapping::MappingError),
     #[error(transparent)]
     Store(Box<store::StoreError>),
     #[error(transparent)]
@@ -124,7 +128,7 @@ impl Error {
             _ => false,
         };
         match self {
-            Error::Spec(_) | Error::Ontology(_) | Error::Location(_) => true,
+            Error::Spec(_) | Error::Ontology(_) | Error::Location(_) | Error::Mapping(_) => true,
             Error::Store(e) => store(e),
             Error::Query(e) => match &**e {
                 query::QueryError::ReadOnly(_)
@@ -153,7 +157,9 @@ impl Error {
                 eval::EvalError::Store(e) => store(e),
             },
             Error::Run(e) => match &**e {
-                run::RunError::NoSource | run::RunError::Location(_) => true,
+                run::RunError::NoSource
+                | run::RunError::Location(_)
+                | run::RunError::Mapping(_) => true,
                 run::RunError::Source(e) => source(e),
                 run::RunError::Store(e) => store(e),
                 _ => false,

@@ -553,14 +553,24 @@ async fn export(target: &GraphTarget, to: &str) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// " (N mapped records, no LLM)" when a mapping applied.
+fn mapped_note(mapped: usize) -> String {
+    if mapped == 0 {
+        String::new()
+    } else {
+        format!(" ({mapped} of them records mapped without an LLM)")
+    }
+}
+
 fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunReport) {
     if r.run.is_none() {
         out!(
-            "dry run for {}: {} episodes in the source, {} already in the graph, {} to process",
+            "dry run for {}: {} episodes in the source, {} already in the graph, {} to process{}",
             store.display_url(),
             r.episodes_seen,
             r.episodes_skipped,
-            r.episodes_planned
+            r.episodes_planned,
+            mapped_note(r.episodes_mapped)
         );
         if let Some(n) = r
             .failures_by_stage
@@ -575,12 +585,13 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
     }
     let calls: usize = r.calls_by_stage.values().sum();
     out!(
-        "run {} on {}: {} episodes in the source, {} already in the graph, {} processed, {} added",
+        "run {} on {}: {} episodes in the source, {} already in the graph, {} processed{}, {} added",
         r.run.as_ref().map_or("", |x| x.run_id.as_str()),
         store.display_url(),
         r.episodes_seen,
         r.episodes_skipped,
         r.episodes_planned,
+        mapped_note(r.episodes_mapped),
         r.episodes_added
     );
     out!(
@@ -651,13 +662,18 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
 fn ontology_check(pipeline: &Path) -> Result<ExitCode, Error> {
     let spec = PipelineSpec::from_path(pipeline)?;
     let ontology = Ontology::try_from(&spec.ontology)?;
+    let mappings = graphloom::mapping::Mappings::compile(&spec.mapping, &ontology)?;
     check_storage_options(&spec)?;
     out!(
-        "ontology of {} is valid: {} entity types, {} edge types{}",
+        "ontology of {} is valid: {} entity types, {} edge types{}{}",
         pipeline.display(),
         ontology.entity_types.len(),
         ontology.edge_types.len(),
-        if ontology.strict { " (strict)" } else { "" }
+        if ontology.strict { " (strict)" } else { "" },
+        match mappings.len() {
+            0 => String::new(),
+            n => format!("; {n} record mapping(s) valid"),
+        }
     );
     out!("\nentity types:");
     out_raw!("{}", indent(&ontology.entity_tree.render()));

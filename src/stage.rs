@@ -14,6 +14,8 @@ pub enum Stage {
     Source,
     /// Opening the graph for writing (lock, recovery, base versions).
     Open,
+    /// Records turned into entities and facts by `[[mapping]]` rules.
+    MapRecords,
     /// One call per episode for its entities.
     ExtractEntities,
     /// The entity subtype walk.
@@ -54,6 +56,7 @@ impl Stage {
         match self {
             Stage::Source => "source",
             Stage::Open => "open",
+            Stage::MapRecords => "map_records",
             Stage::ExtractEntities => "extract_entities",
             Stage::ClassifyEntities => "classify_entities",
             Stage::ExtractFacts => "extract_facts",

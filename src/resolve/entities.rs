@@ -325,6 +325,10 @@ pub enum Kind {
     Fuzzy,
     /// One-word name against a multi-word name starting with it.
     Partial,
+    /// A `[[resolve.linkage]]` score at or above the rule's threshold.
+    Linked,
+    /// A `[[resolve.linkage]]` score in the rule's grey band.
+    LinkGrey,
 }
 
 /// One candidate pair from the joins.
@@ -365,8 +369,15 @@ pub async fn candidates(
     let mention_side = format!(
         "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}"
     );
+    // Mentions of a type with a record-linkage rule are matched by it
+    // alone (`linkage_pairs`), not by these joins.
+    let unlinked = if spec.linkage.is_empty() {
+        ""
+    } else {
+        " WHERE linkage_of(labels) IS NULL"
+    };
     let probe = format!(
-        "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}"
+        "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}{unlinked}"
     );
     let mut out = Vec::new();
     for (side, is_mention) in [(node_side, false), (mention_side, true)] {
@@ -495,6 +506,9 @@ pub async fn candidates(
             );
         }
     }
+    if !spec.linkage.is_empty() {
+        super::linkage::linkage_pairs(ctx, nodes, &mut out).await?;
+    }
     // Partitions finish in any order; the rules see one order, so a
     // re-run decides the same way.
     out.sort_by(|a, b| {
@@ -507,7 +521,11 @@ pub async fn candidates(
 
 /// Runs `sql` and keeps its result as the in-memory table `name`, its
 /// batches spread over the session's partitions for parallel work.
-async fn materialize(ctx: &SessionContext, name: &str, sql: &str) -> Result<(), DataFusionError> {
+pub(super) async fn materialize(
+    ctx: &SessionContext,
+    name: &str,
+    sql: &str,
+) -> Result<(), DataFusionError> {
     materialize_inner(ctx, name, sql)
         .await
         .map_err(|e| e.context(format!("building the scratch table {name}")))
@@ -627,7 +645,7 @@ async fn fuzzy_pairs(
     Ok(())
 }
 
-fn decode_pairs(
+pub(super) fn decode_pairs(
     b: &RecordBatch,
     kind: Kind,
     is_mention: bool,
@@ -878,13 +896,20 @@ impl Clusters {
     ///    starts; two or more (or one first word shared by several
     ///    committed nodes) leave it open.
     pub fn apply(&mut self, pairs: &[Pair], spec: &ResolveSpec) -> Vec<Ambiguity> {
-        let mut counts = [0usize; 4];
+        let mut counts = [0usize; 6];
         for p in pairs {
             counts[p.kind as usize] += 1;
         }
-        for (kind, n) in [Kind::Identity, Kind::Name, Kind::Fuzzy, Kind::Partial]
-            .into_iter()
-            .zip(counts)
+        for (kind, n) in [
+            Kind::Identity,
+            Kind::Name,
+            Kind::Fuzzy,
+            Kind::Partial,
+            Kind::Linked,
+            Kind::LinkGrey,
+        ]
+        .into_iter()
+        .zip(counts)
         {
             if n > 0 {
                 let name = format!("{kind:?}").to_lowercase();
@@ -907,6 +932,36 @@ impl Clusters {
                     .filter(|p| seen.insert(p.target))
                     .collect()
             };
+            // Linked types: the best score at or above the threshold wins
+            // when it beats the rest; ties and grey-band scores stay open.
+            let mut linked = nodes(Kind::Linked, 0.0);
+            let link_grey = nodes(Kind::LinkGrey, 0.0);
+            if !linked.is_empty() || !link_grey.is_empty() {
+                linked.sort_by(|a, b| b.score.total_cmp(&a.score));
+                let decided = match linked.as_slice() {
+                    [best] => Ok(*best),
+                    [best, next, ..] if best.score > next.score => Ok(*best),
+                    [] => Err((link_grey, "only grey-band record scores")),
+                    _ => Err((linked, "several records score alike")),
+                };
+                match decided {
+                    Ok(p) => {
+                        self.join(m, p);
+                    }
+                    Err((mut options, reason)) => {
+                        options.sort_by(|a, b| b.score.total_cmp(&a.score));
+                        open.insert(
+                            m,
+                            Ambiguity {
+                                mention: m,
+                                options: options.into_iter().cloned().collect(),
+                                reason,
+                            },
+                        );
+                    }
+                }
+                continue;
+            }
             let identity = nodes(Kind::Identity, 0.0);
             let names = nodes(Kind::Name, 0.0);
             let high = nodes(Kind::Fuzzy, spec.fuzzy_merge_threshold);
@@ -952,15 +1007,32 @@ impl Clusters {
         // adjudication against committed nodes is not pulled into a
         // cluster on the side.
         let waiting: BTreeSet<usize> = open.keys().copied().collect();
-        for kind in [Kind::Identity, Kind::Name, Kind::Fuzzy] {
-            for p in pairs {
+        // Record-linkage pairs join best first, so where the cluster
+        // rules refuse a link (two committed nodes) the stronger one stood.
+        let mut by_score: Vec<&Pair> = pairs
+            .iter()
+            .filter(|p| matches!(p.kind, Kind::Linked | Kind::LinkGrey))
+            .collect();
+        by_score.sort_by(|a, b| b.score.total_cmp(&a.score));
+        for kind in [Kind::Identity, Kind::Name, Kind::Fuzzy, Kind::Linked] {
+            let list: Vec<&Pair> = if kind == Kind::Linked {
+                by_score.clone()
+            } else {
+                pairs.iter().filter(|p| p.kind == kind).collect()
+            };
+            for p in list {
                 let Target::Mention(t) = p.target else {
                     continue;
                 };
-                if p.kind != kind || waiting.contains(&p.mention) || waiting.contains(&t) {
+                if waiting.contains(&p.mention) || waiting.contains(&t) {
                     continue;
                 }
-                if kind != Kind::Fuzzy || p.score >= spec.fuzzy_merge_threshold {
+                let sure = match p.kind {
+                    Kind::Fuzzy => p.score >= spec.fuzzy_merge_threshold,
+                    Kind::LinkGrey => false,
+                    _ => true,
+                };
+                if sure {
                     self.join(p.mention, p);
                 } else {
                     open.entry(p.mention)
@@ -1120,6 +1192,14 @@ pub async fn resolve_entities(
     identity: &BTreeMap<String, Vec<String>>,
 ) -> Result<(Clusters, Vec<Ambiguity>), DataFusionError> {
     for f in udfs(spec, identity) {
+        ctx.register_udf(f);
+    }
+    let linkages: Vec<super::linkage::Linkage> = spec
+        .linkage
+        .iter()
+        .map(super::linkage::Linkage::new)
+        .collect();
+    for f in super::linkage::udfs(&linkages) {
         ctx.register_udf(f);
     }
     let mut element_of: Vec<usize> = Vec::with_capacity(all_mentions.len());

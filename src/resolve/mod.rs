@@ -4,6 +4,8 @@
 //! * [`entities`] finds candidates with DataFusion joins (folded names,
 //!   identity properties, MinHash/LSH band keys, partial names) and turns
 //!   them into clusters under the merge rules;
+//! * [`linkage`] matches types with `[[resolve.linkage]]` rules by
+//!   blocking keys and weighted field comparisons;
 //! * [`judge`] asks the LLM, in batches, about what the rules leave open
 //!   (ambiguous entities, contradicting facts);
 //! * [`facts`] folds duplicate facts and invalidates contradicted ones;
@@ -16,6 +18,7 @@
 pub mod entities;
 pub mod facts;
 pub mod judge;
+pub mod linkage;
 pub mod stage;
 
 pub use facts::{FactResolution, resolve_facts};

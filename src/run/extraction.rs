@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use rayon::prelude::*;
 
 use super::{Progress, Tick};
 use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
 use crate::llm::{LlmClient, LlmError};
+use crate::mapping::{Mapped, Mappings};
 use crate::ontology::Ontology;
 use crate::resolve::stage::{RunFact, RunMention};
 use crate::rows::FailureRow;
@@ -86,8 +88,13 @@ pub(super) struct Extraction<'a> {
     facts: Vec<FactMention>,
     /// The episode of each fact.
     fact_owner: Vec<usize>,
-    /// Episodes whose entity or fact call failed, with the stage.
-    failed: HashMap<usize, (Stage, LlmError)>,
+    /// Episodes whose entity or fact call failed, or whose record could not
+    /// be mapped, with the stage and the reason.
+    failed: HashMap<usize, (Stage, String)>,
+    /// What the mappings made of mapped records, joined to the mentions
+    /// and facts after the subtype walks (a mapped type is the user's
+    /// choice, never refined by the model).
+    mapped: Vec<(usize, Mapped)>,
     /// Items the checks turned down (their episodes still count).
     rejected: Vec<Rejected>,
 }
@@ -121,6 +128,7 @@ impl<'a> Extraction<'a> {
             facts: Vec::new(),
             fact_owner: Vec::new(),
             failed: HashMap::new(),
+            mapped: Vec::new(),
             rejected: Vec::new(),
         }
     }
@@ -165,6 +173,57 @@ impl<'a> Extraction<'a> {
         });
     }
 
+    /// Maps the records of `todo` that a mapping applies to, and returns
+    /// the rest: the episodes for the LLM. A record that cannot be mapped
+    /// fails (it is not extracted by the LLM instead: its mapping says
+    /// what it holds).
+    pub(super) fn map_records(&mut self, todo: &[usize], mappings: &Mappings) -> Vec<usize> {
+        if mappings.is_empty() {
+            return todo.to_vec();
+        }
+        self.tick(Stage::MapRecords, 0, todo.len(), self.failed.len());
+        // Records map independently: rayon spreads them over the cores (a
+        // backfill of ERP exports is millions of them). Nothing else of
+        // this run is under way yet, so holding this task is harmless.
+        let (all, ontology) = (self.all, &self.shared.ontology);
+        let results: Vec<(usize, Option<Result<Mapped, String>>)> = todo
+            .par_iter()
+            .map(|&i| {
+                let episode = &all[i];
+                let outcome = mappings
+                    .find(episode)
+                    .map(|(m, record)| m.apply(ontology, episode, &record));
+                (i, outcome)
+            })
+            .collect();
+        let mut to_extract = Vec::new();
+        for (i, outcome) in results {
+            match outcome {
+                None => to_extract.push(i),
+                Some(Ok(mapped)) => self.mapped.push((i, mapped)),
+                Some(Err(reason)) => {
+                    self.failed.insert(i, (Stage::MapRecords, reason));
+                }
+            }
+        }
+        let done = todo.len() - to_extract.len();
+        self.tick(Stage::MapRecords, done, todo.len(), self.failed.len());
+        to_extract
+    }
+
+    /// Joins what the mappings made to the extracted mentions and facts.
+    pub(super) fn join_mapped(&mut self) {
+        for (i, mapped) in std::mem::take(&mut self.mapped) {
+            let start = self.mentions.len();
+            self.mentions.extend(mapped.mentions);
+            self.mention_range.insert(i, (start, self.mentions.len()));
+            self.fact_owner
+                .extend(std::iter::repeat_n(i, mapped.facts.len()));
+            self.facts.extend(mapped.facts);
+            self.rejected.extend(mapped.rejected);
+        }
+    }
+
     /// One entity call per episode in `todo`. An episode whose call fails
     /// is done for this run.
     pub(super) async fn entities(&mut self, todo: &[usize]) {
@@ -197,7 +256,8 @@ impl<'a> Extraction<'a> {
                     self.mention_range.insert(i, (start, self.mentions.len()));
                 }
                 Some(Err(e)) => {
-                    self.failed.insert(i, (Stage::ExtractEntities, e));
+                    self.failed
+                        .insert(i, (Stage::ExtractEntities, e.to_string()));
                 }
                 None => {}
             }
@@ -264,7 +324,7 @@ impl<'a> Extraction<'a> {
                     self.facts.extend(found);
                 }
                 Some(Err(e)) => {
-                    self.failed.insert(i, (Stage::ExtractFacts, e));
+                    self.failed.insert(i, (Stage::ExtractFacts, e.to_string()));
                 }
                 None => {}
             }

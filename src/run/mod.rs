@@ -16,6 +16,7 @@ use datafusion::prelude::SessionContext;
 
 use crate::llm::plan::StagePlan;
 use crate::llm::{CacheMode, LlmClient, LlmError, ResponseCache};
+use crate::mapping::{MappingError, Mappings};
 use crate::ontology::Ontology;
 use crate::resolve::stage::{ResolveError, StageContext, StageOutput};
 use crate::rows::FailureRow;
@@ -50,6 +51,9 @@ pub enum RunError {
     /// Resolution failed.
     #[error(transparent)]
     Resolve(#[from] ResolveError),
+    /// The `[[mapping]]` tables break rules.
+    #[error(transparent)]
+    Mapping(#[from] MappingError),
 }
 
 /// Options of one run.
@@ -124,6 +128,8 @@ pub struct RunReport {
     pub episodes_skipped: usize,
     /// New episodes this run took on (after `--limit`).
     pub episodes_planned: usize,
+    /// Of those, records a `[[mapping]]` applied to (no LLM call).
+    pub episodes_mapped: usize,
     /// Episodes committed with their entities and facts.
     pub episodes_added: usize,
     /// Failure rows written, by stage.
@@ -186,6 +192,8 @@ struct Job<'a> {
     ontology: &'a Ontology,
     options: &'a RunOptions,
     loaded: &'a Loaded,
+    /// The spec's record mappings, checked.
+    mappings: Mappings,
     /// Where the response cache lives unless the spec says.
     default_cache: String,
 }
@@ -200,6 +208,7 @@ pub async fn run(
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
     let source_spec = spec.source.as_ref().ok_or(RunError::NoSource)?;
+    let mappings = Mappings::compile(&spec.mapping, ontology)?;
     let group_id = &spec.output.group_id;
     let loaded = source::load(source_spec, group_id, &spec.output.storage_options).await?;
     let mut report = RunReport {
@@ -212,6 +221,7 @@ pub async fn run(
         ontology,
         options,
         loaded: &loaded,
+        mappings,
         default_cache: format!("{}_cache/llm/", store.url()),
     };
     if options.dry_run {
@@ -245,7 +255,15 @@ async fn dry_run(
     let ctx = SessionContext::new();
     store.snapshot().await?.register(&ctx).await?;
     let todo = todo(&ctx, job, report).await?;
-    report.plan = plan(job.ontology, &job.spec.extract, &job.loaded.episodes, &todo);
+    let all = &job.loaded.episodes;
+    // Mapped records make no call.
+    let to_extract: Vec<usize> = todo
+        .iter()
+        .copied()
+        .filter(|&i| job.mappings.find(&all[i]).is_none())
+        .collect();
+    report.episodes_mapped = todo.len() - to_extract.len();
+    report.plan = plan(job.ontology, &job.spec.extract, all, &to_extract);
     let source_failures = job.loaded.failures.len();
     *report
         .failures_by_stage
@@ -320,14 +338,18 @@ async fn execute(
         concurrency,
         progress,
     );
-    work.entities(&todo).await;
+    let to_extract = work.map_records(&todo, &job.mappings);
+    report.episodes_mapped = todo.len() - to_extract.len();
+    mark = report.timings.lap(Stage::MapRecords, mark);
+    work.entities(&to_extract).await;
     mark = report.timings.lap(Stage::ExtractEntities, mark);
     work.classify_entities().await;
     mark = report.timings.lap(Stage::ClassifyEntities, mark);
-    work.facts(&todo).await;
+    work.facts(&to_extract).await;
     mark = report.timings.lap(Stage::ExtractFacts, mark);
     work.classify_facts().await;
     mark = report.timings.lap(Stage::ClassifyFacts, mark);
+    work.join_mapped();
 
     let now = Utc::now();
     let succeeded = work.succeeded(&todo);

@@ -11,10 +11,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub mod extract;
+pub mod mapping;
 pub mod ontology;
 pub mod resolve;
 
 pub use extract::ExtractSpec;
+pub use mapping::MappingSpec;
 pub use ontology::OntologySpec;
 pub use resolve::ResolveSpec;
 
@@ -65,6 +67,10 @@ pub struct PipelineSpec {
     /// Resolution settings.
     #[serde(default)]
     pub resolve: ResolveSpec,
+    /// Records mapped to entities and facts without an LLM, first match
+    /// wins; records no mapping applies to are extracted by the LLM.
+    #[serde(default)]
+    pub mapping: Vec<MappingSpec>,
 }
 
 /// `[source]`: the archive of episodes (read by [`crate::source::load`]).
@@ -491,6 +497,42 @@ impl PipelineSpec {
                 return bad(
                     &format!("resolve.functional_edge_types[{i}]"),
                     &format!("`{t}` is not a declared edge type"),
+                );
+            }
+        }
+        for (i, l) in self.resolve.linkage.iter().enumerate() {
+            let at = format!("resolve.linkage[{i}]");
+            let Some(t) = self
+                .ontology
+                .entity_types
+                .iter()
+                .find(|e| e.name == l.entity_type)
+            else {
+                return bad(
+                    &format!("{at}.type"),
+                    &format!("`{}` is not a declared entity type", l.entity_type),
+                );
+            };
+            if let Some(f) = l
+                .fields()
+                .into_iter()
+                .find(|f| f != "name" && !t.properties.iter().any(|p| &p.name == f))
+            {
+                return bad(
+                    &at,
+                    &format!(
+                        "field `{f}` is neither `name` nor a property of `{}`",
+                        l.entity_type
+                    ),
+                );
+            }
+            if self.resolve.linkage[..i]
+                .iter()
+                .any(|o| o.entity_type == l.entity_type)
+            {
+                return bad(
+                    &format!("{at}.type"),
+                    &format!("`{}` has a linkage already", l.entity_type),
                 );
             }
         }

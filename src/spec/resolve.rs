@@ -86,6 +86,213 @@ pub struct ResolveSpec {
     pub summary_batch_size: usize,
     /// Embed node names and facts through the embeddings endpoint.
     pub embeddings: bool,
+    /// Record-linkage rules for types whose mentions carry fields to
+    /// compare (records mapped from CRM or HR tables): blocking keys find
+    /// candidates, weighted field comparisons score them. A type with a
+    /// linkage is matched by it alone.
+    pub linkage: Vec<LinkageSpec>,
+}
+
+/// `[[resolve.linkage]]`: how mentions of one entity type (and its
+/// subtypes) are matched field by field.
+///
+/// Score rule: the weighted mean of the comparisons whose field both sides
+/// have, `Σ wᵢ·sᵢ / Σ wᵢ`, each `sᵢ` in 0..=1; a pair with fewer than
+/// `min_fields` such fields scores 0. Pairs at or above `threshold` merge
+/// (against committed nodes the best one, when it beats the rest), pairs in
+/// `[grey_band_min, threshold)` are ambiguous (LLM adjudication, or kept
+/// apart without it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkageSpec {
+    /// The entity type; its subtypes are matched by the same rule.
+    #[serde(rename = "type")]
+    pub entity_type: String,
+    /// Blocking keys: two mentions are candidates when they agree on every
+    /// part of at least one key. A key is fields separated by `+`, each
+    /// `field` (folded text) or `field:N` (its first N characters);
+    /// `name` is the entity's name, other fields are its properties.
+    pub blocking: Vec<String>,
+    /// The field comparisons.
+    pub compare: Vec<CompareSpec>,
+    /// Score at or above which a pair merges.
+    #[serde(default = "default_link_threshold")]
+    pub threshold: f64,
+    /// Lower end of the grey band (ambiguous pairs); `threshold` when
+    /// absent (no grey band).
+    #[serde(default)]
+    pub grey_band_min: Option<f64>,
+    /// Fewest comparisons with a value on both sides for a score.
+    #[serde(default = "default_min_fields")]
+    pub min_fields: usize,
+    /// Blocking keys shared by more mentions and nodes than this are
+    /// skipped (a key that common says little); the other keys still
+    /// find true pairs.
+    #[serde(default = "default_max_block")]
+    pub max_block: usize,
+}
+
+fn default_link_threshold() -> f64 {
+    0.85
+}
+
+fn default_min_fields() -> usize {
+    2
+}
+
+fn default_max_block() -> usize {
+    200
+}
+
+/// One field comparison of a [`LinkageSpec`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompareSpec {
+    /// `name` or a property of the type.
+    pub field: String,
+    /// How the two values are compared.
+    pub method: CompareMethod,
+    /// Weight in the score (default 1).
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+/// Field comparisons, each giving a similarity in 0..=1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareMethod {
+    /// 1 when the texts are equal as written, else 0.
+    Exact,
+    /// 1 when equal after folding case and punctuation, else 0.
+    Folded,
+    /// Jaro-Winkler similarity of the folded texts (names: typos, dropped
+    /// letters); when the folded words are the same set in another order
+    /// ("Raman Priya"), 1.
+    Name,
+    /// Jaccard similarity of the folded texts' 3-character shingles
+    /// (addresses, descriptions: words added, dropped or moved).
+    Text,
+    /// Dates (`YYYY-MM-DD`, `YYYYMMDD`, RFC 3339): 1 when equal, else the
+    /// Levenshtein similarity of their eight digits (one wrong digit
+    /// scores 0.875), 0 when either is not a date.
+    Date,
+    /// Codes (ids, postcodes, phone numbers): the Levenshtein similarity
+    /// of the folded texts (one mistyped character of seven scores 0.857).
+    Code,
+    /// Numbers: `1 - |a - b| / max(|a|, |b|)`, floored at 0.
+    Number,
+}
+
+impl LinkageSpec {
+    /// Problems with the values, as (key, message) pairs; `at` is the
+    /// table's key (`resolve.linkage[0]`).
+    pub fn problems(&self, at: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut bad = |key: &str, msg: String| out.push((format!("{at}.{key}"), msg));
+        if self.blocking.is_empty() {
+            bad("blocking", "needs at least one blocking key".into());
+        }
+        for (i, key) in self.blocking.iter().enumerate() {
+            if let Err(m) = parse_block_key(key) {
+                bad(&format!("blocking[{i}]"), m);
+            }
+        }
+        if self.compare.is_empty() {
+            bad("compare", "needs at least one comparison".into());
+        }
+        for (i, c) in self.compare.iter().enumerate() {
+            if c.field.trim().is_empty() {
+                bad(&format!("compare[{i}].field"), "must name a field".into());
+            }
+            if !(c.weight.is_finite() && c.weight > 0.0) {
+                bad(
+                    &format!("compare[{i}].weight"),
+                    format!("must be a positive number, got {}", c.weight),
+                );
+            }
+        }
+        for (key, v) in [
+            ("threshold", Some(self.threshold)),
+            ("grey_band_min", self.grey_band_min),
+        ] {
+            if let Some(v) = v
+                && !(0.0..=1.0).contains(&v)
+            {
+                bad(key, format!("must be between 0 and 1, got {v}"));
+            }
+        }
+        if let Some(g) = self.grey_band_min
+            && g > self.threshold
+        {
+            bad(
+                "grey_band_min",
+                format!("must not exceed threshold ({g} > {})", self.threshold),
+            );
+        }
+        if self.min_fields == 0 || self.min_fields > self.compare.len().max(1) {
+            bad(
+                "min_fields",
+                format!(
+                    "must be between 1 and the number of comparisons ({}), got {}",
+                    self.compare.len(),
+                    self.min_fields
+                ),
+            );
+        }
+        if self.max_block < 2 {
+            bad(
+                "max_block",
+                format!("must be at least 2, got {}", self.max_block),
+            );
+        }
+        out
+    }
+
+    /// The fields the rule reads (blocking keys and comparisons), `name`
+    /// included.
+    pub fn fields(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .blocking
+            .iter()
+            .filter_map(|k| parse_block_key(k).ok())
+            .flatten()
+            .map(|(f, _)| f)
+            .chain(self.compare.iter().map(|c| c.field.clone()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// A blocking key's parts: `(field, prefix length)`.
+pub fn parse_block_key(key: &str) -> Result<Vec<(String, Option<usize>)>, String> {
+    let mut parts = Vec::new();
+    for part in key.split('+') {
+        let part = part.trim();
+        let (field, prefix) = match part.split_once(':') {
+            Some((f, n)) => match n.trim().parse::<usize>() {
+                Ok(n) if n > 0 => (f.trim(), Some(n)),
+                _ => {
+                    return Err(format!(
+                        "`{key}`: `{part}` needs a positive prefix length after `:`"
+                    ));
+                }
+            },
+            None => (part, None),
+        };
+        if field.is_empty() {
+            return Err(format!(
+                "`{key}`: a key is fields joined by `+`, e.g. `surname:3+postcode`"
+            ));
+        }
+        parts.push((field.to_string(), prefix));
+    }
+    Ok(parts)
 }
 
 impl Default for ResolveSpec {
@@ -112,6 +319,7 @@ impl Default for ResolveSpec {
             summaries: false,
             summary_batch_size: 10,
             embeddings: false,
+            linkage: Vec::new(),
         }
     }
 }
@@ -153,6 +361,9 @@ impl ResolveSpec {
                     self.grey_band_min, self.fuzzy_merge_threshold
                 ),
             ));
+        }
+        for (i, l) in self.linkage.iter().enumerate() {
+            out.extend(l.problems(&format!("resolve.linkage[{i}]")));
         }
         for (key, v) in [
             ("lsh_bands", self.lsh_bands),

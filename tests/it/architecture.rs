@@ -1,7 +1,7 @@
 //! The one-way data flow of the library, read from its source: each module
 //! may import only modules earlier in the flow and leaf modules.
 //!
-//! The flow is `ontology → source → llm → extract → classify → resolve →
+//! The flow is `ontology → source → llm → extract → mapping → classify → resolve →
 //! store → query`. Any other module is, by rule, either a *leaf* (it
 //! imports no flow module and no non-leaf: `spec`, text normalisation,
 //! object store locations, …) that everyone may import, or a *top*
@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-const FLOW: [&str; 8] = [
-    "ontology", "source", "llm", "extract", "classify", "resolve", "store", "query",
+const FLOW: [&str; 9] = [
+    "ontology", "source", "llm", "extract", "mapping", "classify", "resolve", "store", "query",
 ];
 
 /// The code of a file without its comments (doc links are not imports).

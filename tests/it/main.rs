@@ -17,6 +17,8 @@ mod llm_test_server;
 mod local_llm;
 mod object_storage;
 mod ontology_rules;
+mod record_linkage;
+mod record_mapping;
 mod resolution;
 mod run_pipeline;
 mod slt;

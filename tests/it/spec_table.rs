@@ -51,8 +51,16 @@ fn spec_defaults() -> BTreeMap<String, Value> {
     let value = serde_json::to_value(&spec).expect("the spec serialises");
     let mut out = BTreeMap::new();
     for (section, keys) in value.as_object().expect("an object") {
-        for (key, v) in keys.as_object().expect("each section is a table") {
-            out.insert(format!("{section}.{key}"), v.clone());
+        match keys.as_object() {
+            Some(keys) => {
+                for (key, v) in keys {
+                    out.insert(format!("{section}.{key}"), v.clone());
+                }
+            }
+            // An array of tables (`[[mapping]]`) is one row of its own.
+            None => {
+                out.insert(section.clone(), keys.clone());
+            }
         }
     }
     out

@@ -1,0 +1,909 @@
+//! Record mapping: structured records (episodes of kind `json`) turned into
+//! entities and facts by the `[[mapping]]` rules of the spec, with no LLM
+//! call. What a mapping makes is the same [`Mention`]s and
+//! [`FactMention`]s extraction makes, so mapped records and extracted text
+//! go through one resolution.
+//!
+//! Rules (README "Record mapping"):
+//! * the first mapping whose `files` glob matches the end of the record's
+//!   file path and whose `when` fields all hold applies; a record no
+//!   mapping applies to is extracted by the LLM like any other episode;
+//! * a required entity whose name (or type) cannot be rendered, because a
+//!   field is missing, null, empty or not a plain value, fails the record:
+//!   one `failures` row naming the field, and the episode is not committed
+//!   (a later run tries it again, after the data or the mapping is fixed);
+//! * a property value that does not fit the property's kind or pattern,
+//!   and a fact time that is not a time, are dropped with a `failures` row
+//!   each; the rest of the record loads;
+//! * values come from the record, so they are grounded by construction.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value};
+
+use crate::extract::{FactMention, Mention, NAME_MAX_CHARS, Rejected};
+use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType};
+use crate::source::{Episode, EpisodeKind};
+use crate::spec::mapping::{EntityMapSpec, FactMapSpec, MappingSpec};
+use crate::stage::Stage;
+use crate::values::{check_value, coerce_text, parse_time};
+
+/// Characters of the record kept as a mention's context (what adjudication
+/// and summaries see of it).
+const CONTEXT_CHARS: usize = 400;
+
+/// A mapping rule the ontology or the mapping itself does not allow, with
+/// the key it is about (`mapping[0].entities[1].type`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingIssue {
+    /// Where in the spec.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Errors of the mapping layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MappingError {
+    /// The `[[mapping]]` tables break rules; every problem is listed.
+    #[error("invalid record mapping:\n{}", list(.0))]
+    Invalid(Vec<MappingIssue>),
+}
+
+fn list(issues: &[MappingIssue]) -> String {
+    issues
+        .iter()
+        .map(|i| format!("  - {}: {}", i.path, i.message))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Result alias for the mapping layer.
+pub type Result<T, E = MappingError> = std::result::Result<T, E>;
+
+/// Text with `{field}` placeholders, parsed once.
+#[derive(Debug, Clone, PartialEq)]
+struct Template {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Text(String),
+    /// A field; `true` when optional (`{middle_name?}`: empty when absent).
+    Field(String, bool),
+}
+
+impl Template {
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '{' if chars.peek() == Some(&'{') => {
+                    chars.next();
+                    lit.push('{');
+                }
+                '}' if chars.peek() == Some(&'}') => {
+                    chars.next();
+                    lit.push('}');
+                }
+                '{' => {
+                    let mut field = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('}') => break,
+                            Some('{') | None => {
+                                return Err(format!(
+                                    "`{text}`: a `{{` is not closed (write `{{{{` for a brace)"
+                                ));
+                            }
+                            Some(c) => field.push(c),
+                        }
+                    }
+                    let field = field.trim().to_string();
+                    let (name, optional) = match field.strip_suffix('?') {
+                        Some(f) => (f.trim().to_string(), true),
+                        None => (field.clone(), false),
+                    };
+                    if name.is_empty() || name.split('.').any(str::is_empty) {
+                        return Err(format!("`{text}`: `{{{field}}}` names no field"));
+                    }
+                    if !lit.is_empty() {
+                        parts.push(Part::Text(std::mem::take(&mut lit)));
+                    }
+                    parts.push(Part::Field(name, optional));
+                }
+                '}' => return Err(format!("`{text}`: a `}}` closes nothing (write `}}}}`)")),
+                c => lit.push(c),
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(Part::Text(lit));
+        }
+        Ok(Template { parts })
+    }
+
+    /// A template without fields: its text.
+    fn constant(&self) -> Option<String> {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => Some(t.as_str()),
+                Part::Field(..) => None,
+            })
+            .collect()
+    }
+
+    /// The text for `record`, or the required field that has no plain
+    /// value. Optional fields that are absent leave nothing, and the runs
+    /// of spaces they leave behind become one.
+    fn render(&self, record: &Map<String, Value>) -> std::result::Result<String, Missing> {
+        let mut out = String::new();
+        let mut skipped = false;
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Field(f, false) => out.push_str(&plain(record, f)?),
+                Part::Field(f, true) => match plain(record, f) {
+                    Ok(v) => out.push_str(&v),
+                    Err(_) => skipped = true,
+                },
+            }
+        }
+        if skipped {
+            out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+        }
+        Ok(out.trim().to_string())
+    }
+}
+
+/// A field a template or a rule needed and did not find as a plain value.
+#[derive(Debug, Clone, PartialEq)]
+struct Missing {
+    field: String,
+    why: &'static str,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "field `{}` {}", self.field, self.why)
+    }
+}
+
+/// The value at a dotted path (`a.b`), `None` when absent or null.
+fn field<'r>(record: &'r Map<String, Value>, path: &str) -> Option<&'r Value> {
+    let mut parts = path.split('.');
+    let mut cur = record.get(parts.next()?)?;
+    for p in parts {
+        cur = cur.as_object()?.get(p)?;
+    }
+    (!cur.is_null()).then_some(cur)
+}
+
+/// A field's value as text: strings, numbers and booleans.
+fn plain(record: &Map<String, Value>, path: &str) -> std::result::Result<String, Missing> {
+    let missing = |why| Missing {
+        field: path.to_string(),
+        why,
+    };
+    match field(record, path) {
+        None => Err(missing("is missing or null")),
+        Some(Value::String(s)) if s.trim().is_empty() => Err(missing("is empty")),
+        Some(Value::String(s)) => Ok(s.trim().to_string()),
+        Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(v.to_string()),
+        Some(_) => Err(missing("is an object or a list, not a value")),
+    }
+}
+
+/// `*` (any run of characters but `/`) and `?` (one such character).
+fn glob_matches(pattern: &[char], text: &[char]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some(('*', rest)) => (0..=text.len())
+            .take_while(|&i| i == 0 || text[i - 1] != '/')
+            .any(|i| glob_matches(rest, &text[i..])),
+        Some(('?', rest)) => text
+            .split_first()
+            .is_some_and(|(c, t)| *c != '/' && glob_matches(rest, t)),
+        Some((p, rest)) => text
+            .split_first()
+            .is_some_and(|(c, t)| c == p && glob_matches(rest, t)),
+    }
+}
+
+/// Whether the glob matches the last path components of `uri` (as many as
+/// the glob has), the `#…` fragment left out.
+fn file_matches(glob: &str, uri: &str) -> bool {
+    let path = uri.split('#').next().unwrap_or(uri);
+    let depth = glob.split('/').count();
+    let components: Vec<&str> = path.rsplit('/').take(depth).collect();
+    if components.len() < depth {
+        return false;
+    }
+    let tail: Vec<char> = components
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("/")
+        .chars()
+        .collect();
+    let pattern: Vec<char> = glob.chars().collect();
+    glob_matches(&pattern, &tail)
+}
+
+/// The text a `when` value compares by.
+fn when_text(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// One entity rule, checked against the ontology.
+#[derive(Debug, Clone)]
+struct EntityRule {
+    id: String,
+    /// A type template: constant for most mappings, a field for records
+    /// that say their own type.
+    entity_type: Template,
+    name: Template,
+    properties: Vec<(String, String)>,
+    optional: bool,
+    each: Option<String>,
+}
+
+/// One fact rule.
+#[derive(Debug, Clone)]
+struct FactRule {
+    relation: String,
+    chain: Vec<String>,
+    source: usize,
+    target: usize,
+    fact: Option<Template>,
+    valid_at: Option<String>,
+    invalid_at: Option<String>,
+}
+
+/// One checked `[[mapping]]` table.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    /// Its position in the spec, for messages (`mapping[0]`).
+    index: usize,
+    files: Option<String>,
+    when: Vec<(String, String)>,
+    entities: Vec<EntityRule>,
+    facts: Vec<FactRule>,
+}
+
+/// Every `[[mapping]]` of a spec, checked against the ontology.
+#[derive(Debug, Clone, Default)]
+pub struct Mappings {
+    list: Vec<Mapping>,
+}
+
+/// What one record made.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Mapped {
+    /// The record's entities, in rule order (facts index into them).
+    pub mentions: Vec<Mention>,
+    /// The facts between them.
+    pub facts: Vec<FactMention>,
+    /// Values and facts dropped, one `failures` row each.
+    pub rejected: Vec<Rejected>,
+}
+
+impl Mappings {
+    /// Checks every mapping against the ontology and lists every problem.
+    pub fn compile(specs: &[MappingSpec], ontology: &Ontology) -> Result<Self> {
+        let mut issues = Vec::new();
+        let list = specs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| compile_one(i, s, ontology, &mut issues))
+            .collect();
+        if issues.is_empty() {
+            Ok(Mappings { list })
+        } else {
+            Err(MappingError::Invalid(issues))
+        }
+    }
+
+    /// Whether there are no mappings.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Number of mappings.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The mapping that applies to `episode`, if any: a `json` record whose
+    /// file and fields match. The record is parsed once here and returned.
+    pub fn find(&self, episode: &Episode) -> Option<(&Mapping, Map<String, Value>)> {
+        if self.list.is_empty() || episode.kind != EpisodeKind::Json {
+            return None;
+        }
+        let Ok(Value::Object(record)) = serde_json::from_str::<Value>(&episode.content) else {
+            return None;
+        };
+        let m = self
+            .list
+            .iter()
+            .find(|m| m.applies(&episode.source_uri, &record))?;
+        Some((m, record))
+    }
+}
+
+impl Mapping {
+    fn applies(&self, uri: &str, record: &Map<String, Value>) -> bool {
+        self.files.as_deref().is_none_or(|g| file_matches(g, uri))
+            && self
+                .when
+                .iter()
+                .all(|(f, want)| plain(record, f).is_ok_and(|v| &v == want))
+    }
+
+    /// The entities and facts of one record, or why the record cannot be
+    /// mapped (it then fails as a whole).
+    pub fn apply(
+        &self,
+        ontology: &Ontology,
+        episode: &Episode,
+        record: &Map<String, Value>,
+    ) -> std::result::Result<Mapped, String> {
+        let mut out = Mapped::default();
+        let context: String = episode.content.chars().take(CONTEXT_CHARS).collect();
+        // Per rule, the position of its mention for each item (one item
+        // for a plain entity); None where an optional one is absent.
+        let mut at: Vec<Vec<Option<usize>>> = Vec::with_capacity(self.entities.len());
+        for (k, rule) in self.entities.iter().enumerate() {
+            let path = format!("mapping[{}].entities[{k}] (`{}`)", self.index, rule.id);
+            let scopes: Vec<&Map<String, Value>> = match &rule.each {
+                None => vec![record],
+                Some(list) => match field(record, list) {
+                    None => Vec::new(),
+                    Some(Value::Array(items)) => {
+                        let objects: Vec<&Map<String, Value>> =
+                            items.iter().filter_map(Value::as_object).collect();
+                        if objects.len() != items.len() && !rule.optional {
+                            return Err(format!(
+                                "{path}: field `{list}` holds an item that is not an object"
+                            ));
+                        }
+                        objects
+                    }
+                    Some(_) if rule.optional => Vec::new(),
+                    Some(_) => return Err(format!("{path}: field `{list}` is not a list")),
+                },
+            };
+            let mut positions = Vec::with_capacity(scopes.len());
+            for scope in scopes {
+                let made =
+                    self.entity(ontology, episode, rule, &path, scope, &context, &mut out)?;
+                positions.push(made);
+            }
+            at.push(positions);
+        }
+        for (k, rule) in self.facts.iter().enumerate() {
+            let path = format!("mapping[{}].facts[{k}] (`{}`)", self.index, rule.relation);
+            let (from, to) = (&at[rule.source], &at[rule.target]);
+            let same_list = self.entities[rule.source].each.is_some()
+                && self.entities[rule.source].each == self.entities[rule.target].each;
+            let pairs: Vec<(usize, usize)> = if same_list {
+                from.iter()
+                    .zip(to)
+                    .filter_map(|(s, t)| Some(((*s)?, (*t)?)))
+                    .collect()
+            } else {
+                let (ss, ts): (Vec<usize>, Vec<usize>) = (
+                    from.iter().flatten().copied().collect(),
+                    to.iter().flatten().copied().collect(),
+                );
+                ss.iter()
+                    .flat_map(|s| ts.iter().map(move |t| (*s, *t)))
+                    .collect()
+            };
+            for (s, t) in pairs {
+                self.fact(ontology, episode, rule, &path, record, s, t, &mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One entity of `rule` from `scope` (the record, or one item of its
+    /// `each` list): its mention's position, None when an optional one is
+    /// absent, or why the record fails.
+    #[allow(clippy::too_many_arguments)]
+    fn entity(
+        &self,
+        ontology: &Ontology,
+        episode: &Episode,
+        rule: &EntityRule,
+        path: &str,
+        record: &Map<String, Value>,
+        context: &str,
+        out: &mut Mapped,
+    ) -> std::result::Result<Option<usize>, String> {
+        let rendered = rule
+            .entity_type
+            .render(record)
+            .and_then(|t| rule.name.render(record).map(|n| (t, n)));
+        let (type_name, name) = match rendered {
+            Ok((_, n)) if n.is_empty() && rule.optional => return Ok(None),
+            Ok(tn) => tn,
+            Err(_) if rule.optional => return Ok(None),
+            Err(missing) => return Err(format!("{path}: {missing}")),
+        };
+        if name.is_empty() {
+            return Err(format!("{path}: the name is empty"));
+        }
+        if name.chars().count() > NAME_MAX_CHARS {
+            return Err(format!(
+                "{path}: the name has more than {NAME_MAX_CHARS} characters"
+            ));
+        }
+        let chain = entity_chain(ontology, &type_name).map_err(|m| format!("{path}: {m}"))?;
+        let mut attributes = Map::new();
+        for (property, from) in &rule.properties {
+            let kind = ontology
+                .entity_types
+                .get(&type_name)
+                .and_then(|t| t.properties.iter().find(|p| &p.name == property))
+                .map(|p| (p.kind, p.pattern.clone()));
+            let Some(value) = field(record, from) else {
+                continue;
+            };
+            // A type from a field may lack a property the rule names.
+            let Some((kind, pattern)) = kind else {
+                continue;
+            };
+            match typed(kind, pattern.as_deref(), value) {
+                Ok(v) => {
+                    attributes.insert(property.clone(), v);
+                }
+                Err(why) => out.rejected.push(Rejected {
+                    stage: Stage::MapRecords,
+                    episode_id: episode.episode_id.clone(),
+                    reason: format!(
+                        "{path}: field `{from}` for property `{property}` {why}; not stored"
+                    ),
+                    excerpt: value.to_string(),
+                }),
+            }
+        }
+        out.mentions.push(Mention {
+            episode_id: episode.episode_id.clone(),
+            name,
+            chain,
+            attributes,
+            context: context.to_string(),
+        });
+        Ok(Some(out.mentions.len() - 1))
+    }
+
+    /// The fact of `rule` between mentions `s` and `t`, or a `failures`
+    /// row saying why it is not stored.
+    #[allow(clippy::too_many_arguments)]
+    fn fact(
+        &self,
+        ontology: &Ontology,
+        episode: &Episode,
+        rule: &FactRule,
+        path: &str,
+        record: &Map<String, Value>,
+        s: usize,
+        t: usize,
+        out: &mut Mapped,
+    ) {
+        let reject = |reason: String, excerpt: String| Rejected {
+            stage: Stage::MapRecords,
+            episode_id: episode.episode_id.clone(),
+            reason,
+            excerpt,
+        };
+        let (source, target) = (&out.mentions[s], &out.mentions[t]);
+        if !ontology.edge_allows(&rule.relation, source.type_name(), target.type_name()) {
+            out.rejected.push(reject(
+                format!(
+                    "{path}: `{}` does not allow {} → {}; fact not stored",
+                    rule.relation,
+                    source.type_name(),
+                    target.type_name()
+                ),
+                format!("{} → {}", source.name, target.name),
+            ));
+            return;
+        }
+        let mut times = [None, None];
+        let mut bad = None;
+        for (slot, from) in [&rule.valid_at, &rule.invalid_at].into_iter().enumerate() {
+            let Some(from) = from else { continue };
+            let text = match field(record, from) {
+                None => continue,
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+            };
+            match parse_time(Some(&text)) {
+                Ok(t) => times[slot] = t,
+                Err(why) => bad = Some((from.clone(), why, text)),
+            }
+        }
+        if let Some((from, why, text)) = bad {
+            out.rejected.push(reject(
+                format!("{path}: field `{from}`: {why}; fact not stored"),
+                text,
+            ));
+            return;
+        }
+        let fact = match &rule.fact {
+            Some(template) => match template.render(record) {
+                Ok(text) => text,
+                Err(missing) => {
+                    out.rejected.push(reject(
+                        format!("{path}: {missing}; fact not stored"),
+                        String::new(),
+                    ));
+                    return;
+                }
+            },
+            None => format!(
+                "{} {} {}",
+                source.name,
+                rule.relation.to_lowercase().replace('_', " "),
+                target.name
+            ),
+        };
+        out.facts.push(FactMention {
+            episode_id: episode.episode_id.clone(),
+            source: s,
+            target: t,
+            chain: rule.chain.clone(),
+            fact,
+            valid_at: times[0],
+            invalid_at: times[1],
+        });
+    }
+}
+
+/// The chain of a type a record names, or why it cannot be used.
+fn entity_chain(ontology: &Ontology, type_name: &str) -> std::result::Result<Vec<String>, String> {
+    if type_name == ENTITY_LABEL {
+        if ontology.strict {
+            return Err(format!(
+                "type `{ENTITY_LABEL}` is not allowed: ontology.strict requires a declared type"
+            ));
+        }
+        return Ok(Vec::new());
+    }
+    ontology.entity_tree.chain(type_name).ok_or_else(|| {
+        format!(
+            "unknown entity type `{type_name}` (declared: {})",
+            ontology
+                .entity_types
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// A record value as a property of `kind` stores it: JSON values are taken
+/// as they are when they fit, text is coerced like a model's text.
+fn typed(
+    kind: PropertyType,
+    pattern: Option<&str>,
+    value: &Value,
+) -> std::result::Result<Value, String> {
+    let v = check_value(kind, value)
+        .or_else(|| match value {
+            Value::String(s) => coerce_text(kind, s),
+            Value::Number(n) if kind == PropertyType::Int => n
+                .as_f64()
+                .filter(|f| f.fract() == 0.0)
+                .map(|f| Value::from(f as i64)),
+            Value::Number(n) if kind == PropertyType::Text => Some(Value::String(n.to_string())),
+            _ => None,
+        })
+        .ok_or_else(|| format!("is not {}", kind_words(kind)))?;
+    if let (Some(p), Value::String(s)) = (pattern, &v)
+        && !crate::text::Pattern::matches(p, s)
+    {
+        return Err(format!("does not have the property's shape ({p})"));
+    }
+    Ok(v)
+}
+
+fn kind_words(kind: PropertyType) -> &'static str {
+    match kind {
+        PropertyType::Text => "text",
+        PropertyType::Int => "an integer",
+        PropertyType::Float => "a number",
+        PropertyType::Bool => "a boolean",
+        PropertyType::Date => "a date (YYYY-MM-DD)",
+    }
+}
+
+fn compile_one(
+    index: usize,
+    spec: &MappingSpec,
+    ontology: &Ontology,
+    issues: &mut Vec<MappingIssue>,
+) -> Option<Mapping> {
+    let before = issues.len();
+    let mut issue = |path: String, message: String| issues.push(MappingIssue { path, message });
+    let at = format!("mapping[{index}]");
+    if let Some(glob) = &spec.files
+        && (glob.trim().is_empty() || glob.starts_with('/'))
+    {
+        issue(
+            format!("{at}.files"),
+            "must be a non-empty relative glob such as `erp.jsonl` or `crm/*.parquet`".into(),
+        );
+    }
+    let mut when = Vec::new();
+    for (f, v) in &spec.when {
+        match when_text(v) {
+            Some(t) => when.push((f.clone(), t)),
+            None => issue(
+                format!("{at}.when.{f}"),
+                "must be a string, a number or a boolean".into(),
+            ),
+        }
+    }
+    if spec.entities.is_empty() {
+        issue(
+            format!("{at}.entities"),
+            "a mapping needs at least one [[mapping.entities]]".into(),
+        );
+    }
+    // Every entity has its id, also one whose rule is broken: its facts
+    // are then checked as far as they can be, not reported as dangling.
+    let mut ids: HashMap<&str, usize> = HashMap::new();
+    let mut entities: Vec<Option<EntityRule>> = Vec::new();
+    for (k, e) in spec.entities.iter().enumerate() {
+        let path = format!("{at}.entities[{k}]");
+        if ids.insert(e.id.as_str(), k).is_some() {
+            issue(
+                format!("{path}.id"),
+                format!("`{}` is used by two entities of this mapping", e.id),
+            );
+        }
+        entities.push(compile_entity(&path, e, ontology, &mut issue));
+    }
+    let mut facts = Vec::new();
+    for (k, f) in spec.facts.iter().enumerate() {
+        let path = format!("{at}.facts[{k}]");
+        if let Some(rule) = compile_fact(&path, f, ontology, &ids, &spec.entities, &mut issue) {
+            facts.push(rule);
+        }
+    }
+    (issues.len() == before).then(|| Mapping {
+        index,
+        files: spec.files.clone(),
+        when,
+        entities: entities.into_iter().flatten().collect(),
+        facts,
+    })
+}
+
+fn compile_entity(
+    path: &str,
+    e: &EntityMapSpec,
+    ontology: &Ontology,
+    issue: &mut impl FnMut(String, String),
+) -> Option<EntityRule> {
+    let mut ok = true;
+    if e.id.trim().is_empty() {
+        issue(format!("{path}.id"), "must not be empty".into());
+        ok = false;
+    }
+    let name = Template::parse(&e.name)
+        .map_err(|m| issue(format!("{path}.name"), m))
+        .ok();
+    let entity_type = Template::parse(&e.entity_type)
+        .map_err(|m| issue(format!("{path}.type"), m))
+        .ok();
+    if let Some(t) = entity_type.as_ref().and_then(Template::constant) {
+        match entity_chain(ontology, &t) {
+            Err(m) => {
+                issue(format!("{path}.type"), m);
+                ok = false;
+            }
+            Ok(_) => {
+                let declared: Vec<&str> = ontology
+                    .entity_types
+                    .get(&t)
+                    .map(|s| s.properties.iter().map(|p| p.name.as_str()).collect())
+                    .unwrap_or_default();
+                for property in e.properties.keys() {
+                    if t != ENTITY_LABEL && !declared.contains(&property.as_str()) {
+                        issue(
+                            format!("{path}.properties.{property}"),
+                            format!(
+                                "`{property}` is not a property of `{t}` (its properties: {}; properties are not inherited)",
+                                if declared.is_empty() {
+                                    "none".into()
+                                } else {
+                                    declared.join(", ")
+                                }
+                            ),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(list) = &e.each
+        && (list.trim().is_empty() || list.split('.').any(str::is_empty))
+    {
+        issue(
+            format!("{path}.each"),
+            "must name a list field (`field` or `a.b`)".into(),
+        );
+        ok = false;
+    }
+    for (property, from) in &e.properties {
+        if from.trim().is_empty() || from.split('.').any(str::is_empty) {
+            issue(
+                format!("{path}.properties.{property}"),
+                "must name a field (`field` or `a.b`)".into(),
+            );
+            ok = false;
+        }
+    }
+    Some(EntityRule {
+        id: e.id.clone(),
+        entity_type: entity_type?,
+        name: name?,
+        properties: e
+            .properties
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect(),
+        optional: e.optional,
+        each: e.each.clone(),
+    })
+    .filter(|_| ok)
+}
+
+fn compile_fact(
+    path: &str,
+    f: &FactMapSpec,
+    ontology: &Ontology,
+    ids: &HashMap<&str, usize>,
+    specs: &[EntityMapSpec],
+    issue: &mut impl FnMut(String, String),
+) -> Option<FactRule> {
+    let chain = ontology.edge_tree.chain(&f.relation);
+    if chain.is_none() {
+        issue(
+            format!("{path}.relation"),
+            format!(
+                "unknown edge type `{}` (declared: {})",
+                f.relation,
+                ontology
+                    .edge_types
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    let mut end = |key: &str, id: &str| match ids.get(id) {
+        Some(&k) => Some(k),
+        None => {
+            issue(
+                format!("{path}.{key}"),
+                format!("`{id}` is not the id of an entity of this mapping"),
+            );
+            None
+        }
+    };
+    let source = end("source", &f.source);
+    let target = end("target", &f.target);
+    if let (Some(s), Some(t)) = (source, target)
+        && let (Some(a), Some(b)) = (&specs[s].each, &specs[t].each)
+        && a != b
+    {
+        issue(
+            format!("{path}.target"),
+            format!(
+                "`{}` is made per item of `{a}` and `{}` per item of `{b}`: a fact joins items of one list only",
+                f.source, f.target
+            ),
+        );
+    }
+    let fact = match f.fact.as_deref().map(Template::parse) {
+        Some(Err(m)) => {
+            issue(format!("{path}.fact"), m);
+            return None;
+        }
+        Some(Ok(t)) => Some(t),
+        None => None,
+    };
+    let (chain, source, target) = (chain?, source?, target?);
+    // Endpoint types known now are checked now; a type from a field is
+    // checked record by record.
+    // From the spec, so that a fact of an entity whose own rule is broken
+    // elsewhere (its name template) is still checked; unknown types were
+    // reported with the entity.
+    let constant = |k: usize| {
+        specs
+            .get(k)
+            .and_then(|e| Template::parse(&e.entity_type).ok())
+            .and_then(|t| t.constant())
+            .filter(|t| entity_chain(ontology, t).is_ok())
+    };
+    if let (Some(s), Some(t)) = (constant(source), constant(target))
+        && !ontology.edge_allows(&f.relation, &s, &t)
+    {
+        issue(
+            format!("{path}.relation"),
+            format!(
+                "`{}` does not allow {s} → {t} (its source_targets)",
+                f.relation
+            ),
+        );
+        return None;
+    }
+    Some(FactRule {
+        relation: f.relation.clone(),
+        chain,
+        source,
+        target,
+        fact,
+        valid_at: f.valid_at.clone(),
+        invalid_at: f.invalid_at.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_render_fields_and_escaped_braces() {
+        let t = Template::parse("PO {po.number} ({{draft}})").expect("parses");
+        let record = serde_json::json!({"po": {"number": 4417}});
+        let record = record.as_object().expect("object");
+        assert_eq!(t.render(record).expect("renders"), "PO 4417 ({draft})");
+        assert!(Template::parse("{unclosed").is_err());
+        assert!(Template::parse("stray }").is_err());
+        assert!(Template::parse("{}").is_err());
+        let optional = Template::parse("{first} {middle?} {last}").expect("parses");
+        let person = serde_json::json!({"first": "Ada", "last": "Lovelace"});
+        let person = person.as_object().expect("object");
+        assert_eq!(optional.render(person).expect("renders"), "Ada Lovelace");
+        let missing = Template::parse("{vendor}").expect("parses");
+        let err = missing.render(record).expect_err("no vendor");
+        assert_eq!(err.field, "vendor");
+    }
+
+    #[test]
+    fn globs_match_the_end_of_the_file_path() {
+        let uri = "file:///data/erp/erp-2024.jsonl#L3";
+        assert!(file_matches("erp-2024.jsonl", uri));
+        assert!(file_matches("erp*.jsonl", uri));
+        assert!(file_matches("erp/*.jsonl", uri));
+        assert!(file_matches("erp-202?.jsonl", uri));
+        assert!(!file_matches("crm/*.jsonl", uri));
+        assert!(!file_matches("*.parquet", uri));
+        // `*` stays within one path component.
+        assert!(file_matches("*", uri));
+        let chars = |s: &str| s.chars().collect::<Vec<_>>();
+        assert!(!glob_matches(&chars("a*b"), &chars("a/b")));
+        assert!(!file_matches("data*jsonl", uri));
+    }
+}

@@ -1,0 +1,544 @@
+//! Record linkage: `[[resolve.linkage]]` rules for entity types whose
+//! mentions carry fields worth comparing (records mapped from CRM, HR or
+//! registry tables), as DataFusion plans.
+//!
+//! * **blocking**: every mention and node of a linked type gets one key per
+//!   blocking rule it has all fields for (`surname:3+postcode` → the first
+//!   three folded characters of the surname and the folded postcode); two
+//!   rows sharing a key are a candidate pair. Keys are salted with the
+//!   group and the rule, so one equi-join finds the pairs of every rule;
+//!   keys shared by more than `max_block` rows are skipped.
+//! * **scoring**: the weighted mean of the field comparisons both sides
+//!   have a value for ([`Linkage::score`]).
+//!
+//! A type with a linkage is matched by it alone: its mentions take no part
+//! in the name, identity, fuzzy and partial joins as probes (they would
+//! merge two people called "John Smith" who differ in every field).
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListBuilder, StringBuilder,
+};
+use arrow::datatypes::{DataType, Field};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
+use datafusion::prelude::SessionContext;
+use serde_json::{Map, Value};
+
+use super::entities::{Kind, MENTIONS_TABLE, Pair, decode_pairs, materialize};
+use crate::spec::resolve::{CompareMethod, CompareSpec, LinkageSpec, parse_block_key};
+use crate::text::{name_similarity, normalize_name};
+
+/// One `[[resolve.linkage]]`, ready to key and score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Linkage {
+    /// The type it matches (and its subtypes: every row whose labels hold it).
+    pub entity_type: String,
+    blocks: Vec<Vec<(String, Option<usize>)>>,
+    compare: Vec<CompareSpec>,
+    /// Score at or above which a pair merges.
+    pub threshold: f64,
+    /// Lower end of the grey band.
+    pub grey: f64,
+    min_fields: usize,
+    max_block: usize,
+}
+
+impl Linkage {
+    /// The rule of a checked spec (bad blocking keys were refused when the
+    /// spec was read; one that slips through gives no keys).
+    pub fn new(spec: &LinkageSpec) -> Self {
+        Linkage {
+            entity_type: spec.entity_type.clone(),
+            blocks: spec
+                .blocking
+                .iter()
+                .map(|k| parse_block_key(k).unwrap_or_default())
+                .collect(),
+            compare: spec.compare.clone(),
+            threshold: spec.threshold,
+            grey: spec.grey_band_min.unwrap_or(spec.threshold),
+            min_fields: spec.min_fields,
+            max_block: spec.max_block,
+        }
+    }
+
+    /// The blocking keys of one row, without salt: `<rule>\x1f<values>`.
+    pub fn keys(&self, name: &str, attributes: &Map<String, Value>) -> Vec<String> {
+        let mut out = Vec::new();
+        'rules: for (i, parts) in self.blocks.iter().enumerate() {
+            let mut key = i.to_string();
+            for (field, prefix) in parts {
+                let Some(v) = value(name, attributes, field) else {
+                    continue 'rules;
+                };
+                let folded = normalize_name(&v);
+                if folded.is_empty() {
+                    continue 'rules;
+                }
+                key.push('\u{1f}');
+                match prefix {
+                    Some(n) => key.extend(folded.chars().take(*n)),
+                    None => key.push_str(&folded),
+                }
+            }
+            out.push(key);
+        }
+        out
+    }
+
+    /// The score of two rows (name and attributes each): the weighted mean
+    /// of the comparisons whose field both have, 0 with fewer than
+    /// `min_fields` of them.
+    pub fn score(&self, a: (&str, &Map<String, Value>), b: (&str, &Map<String, Value>)) -> f64 {
+        let (mut sum, mut weight, mut fields) = (0.0, 0.0, 0usize);
+        for c in &self.compare {
+            let (Some(x), Some(y)) = (value(a.0, a.1, &c.field), value(b.0, b.1, &c.field)) else {
+                continue;
+            };
+            sum += c.weight * similarity(c.method, &x, &y);
+            weight += c.weight;
+            fields += 1;
+        }
+        if fields < self.min_fields || weight == 0.0 {
+            0.0
+        } else {
+            sum / weight
+        }
+    }
+}
+
+/// A field's text: `name` is the entity's name, anything else a property
+/// (strings, numbers and booleans; empty strings count as absent).
+fn value(name: &str, attributes: &Map<String, Value>, field: &str) -> Option<String> {
+    let v = if field == "name" {
+        name.trim().to_string()
+    } else {
+        match attributes.get(field)? {
+            Value::String(s) => s.trim().to_string(),
+            v @ (Value::Number(_) | Value::Bool(_)) => v.to_string(),
+            _ => return None,
+        }
+    };
+    (!v.is_empty()).then_some(v)
+}
+
+/// The similarity of two values under `method`, in 0..=1 (the README's
+/// "Record linkage" table says what each does).
+pub fn similarity(method: CompareMethod, a: &str, b: &str) -> f64 {
+    let hit = |same: bool| if same { 1.0 } else { 0.0 };
+    match method {
+        CompareMethod::Exact => hit(a.trim() == b.trim()),
+        CompareMethod::Folded => hit(normalize_name(a) == normalize_name(b)),
+        CompareMethod::Name => {
+            let (x, y) = (normalize_name(a), normalize_name(b));
+            if x == y {
+                return 1.0;
+            }
+            let words = |s: &str| {
+                let mut w: Vec<String> = s.split(' ').map(str::to_string).collect();
+                w.sort();
+                w
+            };
+            if words(&x) == words(&y) {
+                return 1.0;
+            }
+            strsim::jaro_winkler(&x, &y)
+        }
+        CompareMethod::Text => name_similarity(&normalize_name(a), &normalize_name(b)),
+        CompareMethod::Date => match (date_digits(a), date_digits(b)) {
+            (Some(x), Some(y)) if x == y => 1.0,
+            (Some(x), Some(y)) => strsim::normalized_levenshtein(&x, &y),
+            _ => 0.0,
+        },
+        CompareMethod::Code => {
+            strsim::normalized_levenshtein(&normalize_name(a), &normalize_name(b))
+        }
+        CompareMethod::Number => match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+            (Ok(x), Ok(y)) if x == y => 1.0,
+            (Ok(x), Ok(y)) if x.is_finite() && y.is_finite() => {
+                (1.0 - (x - y).abs() / x.abs().max(y.abs())).max(0.0)
+            }
+            _ => 0.0,
+        },
+    }
+}
+
+/// The eight digits `YYYYMMDD` of a date written `YYYY-MM-DD`, `YYYYMMDD`
+/// or as an RFC 3339 time.
+fn date_digits(s: &str) -> Option<String> {
+    let s = s.trim();
+    let head = if s.len() >= 10 && s.as_bytes()[4] == b'-' {
+        s.get(..10)?.replace('-', "")
+    } else {
+        s.to_string()
+    };
+    (head.len() == 8 && head.bytes().all(|b| b.is_ascii_digit())).then_some(head)
+}
+
+fn list_of(item: DataType) -> DataType {
+    DataType::List(Arc::new(Field::new("item", item, true)))
+}
+
+/// The linkage of a row, by its labels: the first rule whose type the
+/// labels hold.
+fn linkage_for<'l>(linkages: &'l [Linkage], labels: &ArrayRef) -> Option<&'l Linkage> {
+    let labels = labels.as_string::<i32>();
+    linkages
+        .iter()
+        .find(|l| labels.iter().flatten().any(|t| t == l.entity_type))
+}
+
+fn attributes_of(text: Option<&str>) -> Map<String, Value> {
+    match text.map(serde_json::from_str::<Value>) {
+        Some(Ok(Value::Object(m))) => m,
+        _ => Map::new(),
+    }
+}
+
+/// `linkage_of(labels)` (index of the row's rule, null for none),
+/// `linkage_keys(labels, group, name, attributes)` (salted keys),
+/// `linkage_cap(key)` (the key's `max_block`) and
+/// `linkage_score(labels, name_a, attributes_a, name_b, attributes_b)`.
+pub fn udfs(linkages: &[Linkage]) -> Vec<ScalarUDF> {
+    let all = Arc::new(linkages.to_vec());
+    let lists = |a: &ArrayRef| -> Result<ArrayRef, DataFusionError> {
+        Ok(arrow::compute::cast(a, &list_of(DataType::Utf8))?)
+    };
+    let texts = |a: &ArrayRef| -> Result<ArrayRef, DataFusionError> {
+        Ok(arrow::compute::cast(a, &DataType::Utf8)?)
+    };
+    let of = {
+        let all = Arc::clone(&all);
+        create_udf(
+            "linkage_of",
+            vec![list_of(DataType::Utf8)],
+            DataType::Int64,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let labels = lists(&arrays[0])?;
+                let labels = labels.as_list::<i32>();
+                let out: Int64Array = (0..labels.len())
+                    .map(|i| {
+                        if labels.is_null(i) {
+                            return None;
+                        }
+                        let row = labels.value(i);
+                        let l = linkage_for(&all, &row)?;
+                        all.iter().position(|x| x == l).map(|p| p as i64)
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
+    let keys = {
+        let all = Arc::clone(&all);
+        create_udf(
+            "linkage_keys",
+            vec![
+                list_of(DataType::Utf8),
+                DataType::Utf8,
+                DataType::Utf8,
+                DataType::Utf8,
+            ],
+            list_of(DataType::Utf8),
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let labels = lists(&arrays[0])?;
+                let labels = labels.as_list::<i32>();
+                let (groups, names, attrs) =
+                    (texts(&arrays[1])?, texts(&arrays[2])?, texts(&arrays[3])?);
+                let (groups, names, attrs) = (
+                    groups.as_string::<i32>(),
+                    names.as_string::<i32>(),
+                    attrs.as_string::<i32>(),
+                );
+                let mut out = ListBuilder::new(StringBuilder::new());
+                for i in 0..labels.len() {
+                    let row = (!labels.is_null(i)).then(|| labels.value(i));
+                    let rule = row.as_ref().and_then(|r| {
+                        let l = linkage_for(&all, r)?;
+                        Some((all.iter().position(|x| x == l)?, l))
+                    });
+                    if let (Some((at, l)), false, false) =
+                        (rule, groups.is_null(i), names.is_null(i))
+                    {
+                        let attributes = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
+                        for k in l.keys(names.value(i), &attributes) {
+                            // Group and rule first: one join on the key
+                            // keeps groups and rules apart.
+                            out.values()
+                                .append_value(format!("{}\u{1f}{at}\u{1e}{k}", groups.value(i)));
+                        }
+                    }
+                    out.append(true);
+                }
+                Ok(ColumnarValue::Array(Arc::new(out.finish())))
+            }),
+        )
+    };
+    let cap = {
+        let all = Arc::clone(&all);
+        create_udf(
+            "linkage_cap",
+            vec![DataType::Utf8],
+            DataType::Int64,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let keys = texts(&arrays[0])?;
+                let out: Int64Array = keys
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|k| {
+                        let at: usize = k?
+                            .split('\u{1f}')
+                            .nth(1)?
+                            .split('\u{1e}')
+                            .next()?
+                            .parse()
+                            .ok()?;
+                        all.get(at).map(|l| l.max_block as i64)
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
+    let score = {
+        let all = Arc::clone(&all);
+        create_udf(
+            "linkage_score",
+            vec![
+                list_of(DataType::Utf8),
+                DataType::Utf8,
+                DataType::Utf8,
+                DataType::Utf8,
+                DataType::Utf8,
+            ],
+            DataType::Float64,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let labels = lists(&arrays[0])?;
+                let labels = labels.as_list::<i32>();
+                let cols: Vec<ArrayRef> =
+                    arrays[1..].iter().map(texts).collect::<Result<_, _>>()?;
+                let s: Vec<_> = cols.iter().map(|c| c.as_string::<i32>()).collect();
+                let text = |c: usize, i: usize| s[c].is_valid(i).then(|| s[c].value(i));
+                let out: Float64Array = (0..labels.len())
+                    .map(|i| {
+                        if labels.is_null(i) {
+                            return None;
+                        }
+                        let l = linkage_for(&all, &labels.value(i))?;
+                        let (a, b) = (attributes_of(text(1, i)), attributes_of(text(3, i)));
+                        Some(l.score((text(0, i)?, &a), (text(2, i)?, &b)))
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
+    let sure = {
+        let all = Arc::clone(&all);
+        create_udf(
+            "linkage_sure",
+            vec![list_of(DataType::Utf8), DataType::Float64],
+            DataType::Boolean,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let labels = lists(&arrays[0])?;
+                let labels = labels.as_list::<i32>();
+                let scores = arrow::compute::cast(&arrays[1], &DataType::Float64)?;
+                let scores = scores.as_primitive::<arrow::datatypes::Float64Type>();
+                let out: BooleanArray = (0..labels.len())
+                    .map(|i| {
+                        if labels.is_null(i) || scores.is_null(i) {
+                            return None;
+                        }
+                        let l = linkage_for(&all, &labels.value(i))?;
+                        let s = scores.value(i);
+                        if s >= l.threshold {
+                            Some(true)
+                        } else if s >= l.grey {
+                            Some(false)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
+    vec![of, keys, cap, score, sure]
+}
+
+/// Candidate pairs of the run's linked mentions against the committed
+/// `nodes` and against each other, scored: [`Kind::Linked`] at or above
+/// the rule's threshold, [`Kind::LinkGrey`] in its grey band, lower scores
+/// dropped. The UDFs of [`udfs`] and of the entity module must be
+/// registered on `ctx`.
+pub(super) async fn linkage_pairs(
+    ctx: &SessionContext,
+    nodes: &str,
+    out: &mut Vec<Pair>,
+) -> Result<(), DataFusionError> {
+    const PK: &str = "resolve_probe_keys";
+    const TK: &str = "resolve_target_keys";
+    let m = MENTIONS_TABLE;
+    materialize(
+        ctx,
+        PK,
+        &format!(
+            "SELECT mention_id AS id, unnest(linkage_keys(labels, group_id, name, attributes)) AS k \
+             FROM {m} WHERE linkage_of(labels) IS NOT NULL"
+        ),
+    )
+    .await?;
+    materialize(
+        ctx,
+        TK,
+        &format!(
+            "SELECT x.id, x.k FROM (SELECT DISTINCT k FROM {PK}) pk \
+             JOIN (SELECT short_id AS id, unnest(linkage_keys(labels, group_id, name, attributes)) AS k \
+               FROM {nodes} WHERE linkage_of(labels) IS NOT NULL) x ON x.k = pk.k"
+        ),
+    )
+    .await?;
+    for is_mention in [false, true] {
+        let started = std::time::Instant::now();
+        let before = out.len();
+        let (targets, counted, raw, order) = if is_mention {
+            (
+                PK,
+                format!("SELECT k FROM {PK}"),
+                format!("SELECT mention_id AS target, name, type, labels, attributes FROM {m}"),
+                "AND p.id < t.id",
+            )
+        } else {
+            (
+                TK,
+                format!("SELECT k FROM {PK} UNION ALL SELECT k FROM {TK}"),
+                format!("SELECT short_id AS target, name, type, labels, attributes FROM {nodes}"),
+                "",
+            )
+        };
+        let sql = format!(
+            "WITH small AS (SELECT k FROM ({counted}) GROUP BY k HAVING count(*) <= linkage_cap(k)), \
+             pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
+               FROM {PK} p JOIN small ON p.k = small.k JOIN {targets} t ON p.k = t.k WHERE true {order}), \
+             c AS (SELECT pairs.mention_id, pairs.target, mm.labels AS ml, \
+               linkage_score(mm.labels, mm.name, mm.attributes, s.name, s.attributes) AS score, \
+               s.name, s.labels, s.type, s.attributes \
+               FROM pairs JOIN {m} mm ON mm.mention_id = pairs.mention_id \
+               JOIN ({raw}) s ON s.target = pairs.target \
+               WHERE chains_compatible(mm.labels, s.labels)) \
+             SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
+               identity_keys(type, attributes) AS ids, linkage_sure(ml, score) AS sure \
+             FROM c WHERE linkage_sure(ml, score) IS NOT NULL"
+        );
+        let side = if is_mention {
+            "the run's mentions"
+        } else {
+            nodes
+        };
+        let batches = match ctx.sql(&sql).await {
+            Ok(frame) => frame.collect().await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| e.context(format!("record-linkage candidate join against {side}")))?;
+        for b in &batches {
+            let first = out.len();
+            decode_pairs(b, Kind::Linked, is_mention, out)?;
+            let sure = b.column(7).as_boolean();
+            for (p, i) in out[first..].iter_mut().zip(0..) {
+                if !sure.value(i) {
+                    p.kind = Kind::LinkGrey;
+                }
+            }
+        }
+        tracing::debug!(
+            "linkage candidates against {side}: {} pairs in {:.2} s",
+            out.len() - before,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let _ = ctx.deregister_table(PK);
+    let _ = ctx.deregister_table(TK);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(toml_text: &str) -> LinkageSpec {
+        toml::from_str(toml_text).expect("linkage spec")
+    }
+
+    fn attrs(json: serde_json::Value) -> Map<String, Value> {
+        json.as_object().expect("object").clone()
+    }
+
+    #[test]
+    fn blocking_keys_need_every_part_and_cut_prefixes() {
+        let l = Linkage::new(&spec(
+            r#"
+            type = "Person"
+            blocking = ["surname:3+postcode", "date_of_birth", "name"]
+            compare = [{ field = "surname", method = "name" }]
+            min_fields = 1
+            "#,
+        ));
+        let a = attrs(serde_json::json!({"surname": "O'Brien", "postcode": 2600}));
+        assert_eq!(
+            l.keys("Kate O'Brien", &a),
+            ["0\u{1f}o b\u{1f}2600", "2\u{1f}kate o brien"],
+            "no date of birth: no key of the second rule"
+        );
+    }
+
+    #[test]
+    fn the_score_is_the_weighted_mean_of_the_fields_both_sides_have() {
+        let l = Linkage::new(&spec(
+            r#"
+            type = "Person"
+            blocking = ["surname"]
+            compare = [
+              { field = "surname", method = "exact", weight = 2 },
+              { field = "postcode", method = "exact" },
+              { field = "phone", method = "exact" },
+            ]
+            "#,
+        ));
+        let a = attrs(serde_json::json!({"surname": "Reid", "postcode": "2600", "phone": "1"}));
+        let b = attrs(serde_json::json!({"surname": "Reid", "postcode": "2601"}));
+        // phone is missing on one side: (2·1 + 1·0) / 3.
+        assert!((l.score(("x", &a), ("y", &b)) - 2.0 / 3.0).abs() < 1e-9);
+        let c = attrs(serde_json::json!({"surname": "Reid"}));
+        assert_eq!(l.score(("x", &a), ("y", &c)), 0.0, "one field < min_fields");
+    }
+
+    #[test]
+    fn comparisons_score_typos_dates_and_numbers_by_their_documented_rules() {
+        use CompareMethod::*;
+        assert_eq!(similarity(Name, "Priya Raman", "RAMAN, Priya"), 1.0);
+        let jw = similarity(Name, "jonathan", "jonathon");
+        assert!(jw > 0.9 && jw < 1.0, "{jw}");
+        assert_eq!(similarity(Date, "1956-04-09", "19560409"), 1.0);
+        assert_eq!(similarity(Date, "19560409", "19560429"), 0.875);
+        assert_eq!(similarity(Date, "19560409", "April 9"), 0.0);
+        assert_eq!(similarity(Number, "100", "75"), 0.75);
+        assert!((similarity(Code, "5304218", "5304281") - 5.0 / 7.0).abs() < 1e-9);
+        assert_eq!(similarity(Folded, "ACME corp.", "acme Corp"), 1.0);
+        assert_eq!(similarity(Exact, "ACME corp.", "acme Corp"), 0.0);
+        assert!(similarity(Text, "12 high street", "12 high st") > 0.5);
+    }
+}

@@ -1,0 +1,264 @@
+//! Record linkage (`[[resolve.linkage]]`): mapped person records are
+//! matched by blocking keys and weighted field comparisons, not by name:
+//! typos and swapped names merge, two people sharing a name stay apart, a
+//! later run's records link to the right committed node, and a type
+//! without a linkage still resolves by name in the same run.
+
+use std::path::Path;
+
+use graphloom::llm::test_server::{Behavior, TestServer};
+use graphloom::run::{RunOptions, RunReport};
+use graphloom::spec::PipelineSpec;
+use graphloom::store::GraphStore;
+use serde_json::json;
+
+use crate::run_pipeline::query;
+
+const SPEC: &str = r#"
+[source]
+url = "SOURCE"
+format = "jsonl"
+
+[output]
+graph = "GRAPH"
+group_id = "people"
+
+[llm]
+base_url = "BASE_URL"
+model = "none"
+max_attempts = 1
+
+[ontology]
+strict = true
+
+[[ontology.entity_types]]
+name = "Person"
+description = "A person."
+properties = [
+  { name = "given", type = "text" },
+  { name = "surname", type = "text" },
+  { name = "dob", type = "text" },
+  { name = "ssn", type = "text" },
+  { name = "postcode", type = "text" },
+  { name = "street", type = "text" },
+]
+
+[[ontology.entity_types]]
+name = "Company"
+description = "An employer."
+
+[[ontology.edge_types]]
+name = "WORKS_FOR"
+description = "A person works for a company."
+source_targets = [["Person", "Company"]]
+
+[resolve]
+adjudicate = false
+judge_contradictions = false
+
+[[resolve.linkage]]
+type = "Person"
+blocking = ["ssn", "dob", "name"]
+compare = [
+  { field = "name", method = "name", weight = 2 },
+  { field = "dob", method = "date", weight = 1.5 },
+  { field = "ssn", method = "code", weight = 1.5 },
+  { field = "postcode", method = "code", weight = 0.5 },
+  { field = "street", method = "text" },
+]
+threshold = 0.85
+grey_band_min = 0.5
+min_fields = 3
+
+[[mapping]]
+
+[[mapping.entities]]
+id = "person"
+type = "Person"
+name = "{given?} {surname?}"
+properties = { given = "given", surname = "surname", dob = "dob", ssn = "ssn", postcode = "postcode", street = "street" }
+
+[[mapping.entities]]
+id = "employer"
+type = "Company"
+name = "{employer}"
+optional = true
+
+[[mapping.facts]]
+relation = "WORKS_FOR"
+source = "person"
+target = "employer"
+"#;
+
+fn record(id: &str, fields: serde_json::Value) -> String {
+    json!({"id": id, "kind": "json", "reference_time": "2025-01-01T00:00:00Z", "content": fields})
+        .to_string()
+}
+
+/// p1–p3 are one person (a typo, swapped names, a transposed ssn); p4
+/// shares p1's name and nothing else; p5 is someone else.
+fn first_batch() -> String {
+    [
+        record(
+            "p1",
+            json!({"given": "john", "surname": "smith", "dob": "19800101", "ssn": "1234567", "postcode": "2600", "street": "high street", "employer": "Acme Corp"}),
+        ),
+        record(
+            "p2",
+            json!({"given": "jon", "surname": "smith", "dob": "19800101", "ssn": "1234567", "postcode": "2600", "street": "high street"}),
+        ),
+        record(
+            "p3",
+            json!({"given": "smith", "surname": "john", "dob": "19800101", "ssn": "1234576", "postcode": "2600", "street": "high street"}),
+        ),
+        record(
+            "p4",
+            json!({"given": "john", "surname": "smith", "dob": "19751212", "ssn": "7654321", "postcode": "3000", "street": "low road", "employer": "ACME corp."}),
+        ),
+        record(
+            "p5",
+            json!({"given": "mary", "surname": "jones", "dob": "19900505", "ssn": "5555555", "postcode": "2600", "street": "park lane"}),
+        ),
+    ]
+    .join("\n")
+}
+
+/// p6 is p4 again, p7 is p5 with a postcode typo, p8 shares p5's name and
+/// birth date but nothing else (a grey-band score: kept apart without
+/// adjudication).
+fn second_batch() -> String {
+    [
+        record(
+            "p6",
+            json!({"given": "john", "surname": "smith", "dob": "19751212", "ssn": "7654321", "postcode": "3000", "street": "low road"}),
+        ),
+        record(
+            "p7",
+            json!({"given": "mary", "surname": "jones", "dob": "19900505", "ssn": "5555555", "postcode": "2601", "street": "park lane"}),
+        ),
+        record(
+            "p8",
+            json!({"given": "mary", "surname": "jones", "dob": "19900505", "ssn": "9999999", "postcode": "4000", "street": "bay road"}),
+        ),
+    ]
+    .join("\n")
+}
+
+async fn run(spec: &PipelineSpec, store: &GraphStore, source: &Path) -> RunReport {
+    let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
+    // What `graphloom run --source DIR` does.
+    let mut spec = spec.clone();
+    spec.source.as_mut().expect("a source").url = source.to_str().expect("utf-8").to_string();
+    graphloom::run::run(&spec, &ontology, store, &RunOptions::default())
+        .await
+        .expect("run completes")
+}
+
+/// Person nodes as sorted lists of their records' ids.
+async fn people(store: &GraphStore) -> Vec<Vec<String>> {
+    let rows = query(
+        store,
+        "SELECT n.node_id AS node, e.source_id AS rec \
+         FROM (SELECT node_id, unnest(episode_ids) AS eid FROM nodes WHERE type = 'Person') n \
+         JOIN episodes e ON e.episode_id = n.eid",
+    )
+    .await;
+    let mut by_node: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for r in rows {
+        by_node
+            .entry(r["node"].as_str().expect("node").to_string())
+            .or_default()
+            .push(r["rec"].as_str().expect("rec").to_string());
+    }
+    let mut out: Vec<Vec<String>> = by_node
+        .into_values()
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn person_records_merge_by_field_evidence_and_a_shared_name_alone_never_merges() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    for (d, text) in [(&one, first_batch()), (&two, second_batch())] {
+        std::fs::create_dir_all(d).expect("mkdir");
+        std::fs::write(d.join("people.jsonl"), text).expect("write records");
+    }
+    let server = TestServer::start(Behavior::default())
+        .await
+        .expect("server");
+    let graph = dir.path().join("graph");
+    let text = SPEC
+        .replace("SOURCE", one.to_str().expect("utf-8"))
+        .replace("GRAPH", graph.to_str().expect("utf-8"))
+        .replace("BASE_URL", &server.base_url());
+    let spec = PipelineSpec::from_toml(&text, &dir.path().join("people.toml")).expect("spec");
+    let store =
+        GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
+
+    let first = run(&spec, &store, &one).await;
+    assert_eq!(first.episodes_mapped, 5);
+    assert_eq!(first.episodes_added, 5);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        people(&store).await,
+        vec![s(&["p1", "p2", "p3"]), s(&["p4"]), s(&["p5"])],
+        "typo and swapped names merge; the other John Smith stays apart"
+    );
+    // The type without a linkage resolves by name as always.
+    let companies = query(&store, "SELECT name FROM nodes WHERE type = 'Company'").await;
+    assert_eq!(companies.len(), 1, "{companies:?}");
+
+    // A later run links each record to the right committed node, though
+    // two committed nodes share its name.
+    let second = run(&spec, &store, &two).await;
+    assert_eq!(second.episodes_added, 3);
+    assert_eq!(
+        people(&store).await,
+        vec![
+            s(&["p1", "p2", "p3"]),
+            s(&["p4", "p6"]),
+            s(&["p5", "p7"]),
+            s(&["p8"]),
+        ],
+        "p8 shares only name and birth date with p5: a grey-band score, kept apart"
+    );
+    assert!(server.requests().is_empty(), "no LLM call");
+}
+
+#[test]
+fn a_linkage_rule_naming_a_field_the_type_lacks_is_refused() {
+    let text = SPEC
+        .replace("SOURCE", "file:///tmp/none/")
+        .replace("GRAPH", "file:///tmp/none-graph/")
+        .replace("BASE_URL", "http://127.0.0.1:9/v1")
+        .replace(
+            r#"{ field = "street", method = "text" },"#,
+            r#"{ field = "phone", method = "code" },"#,
+        );
+    let err = PipelineSpec::from_toml(&text, Path::new("people.toml"))
+        .expect_err("phone is not a property of Person")
+        .to_string();
+    assert!(
+        err.contains("resolve.linkage[0]")
+            && err.contains("`phone` is neither `name` nor a property of `Person`"),
+        "{err}"
+    );
+    let bad_key = SPEC
+        .replace("SOURCE", "file:///tmp/none/")
+        .replace("GRAPH", "file:///tmp/none-graph/")
+        .replace("BASE_URL", "http://127.0.0.1:9/v1")
+        .replace(
+            r#"blocking = ["ssn", "dob", "name"]"#,
+            r#"blocking = ["ssn:0"]"#,
+        );
+    let err = PipelineSpec::from_toml(&bad_key, Path::new("people.toml"))
+        .expect_err("a zero prefix")
+        .to_string();
+    assert!(err.contains("resolve.linkage[0].blocking[0]"), "{err}");
+}

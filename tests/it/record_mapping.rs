@@ -1,0 +1,337 @@
+//! Record mapping (`[[mapping]]`): structured records become entities and
+//! facts without an LLM call and resolve together with extracted mentions;
+//! a record the mapping cannot apply is a `failures` row naming the file,
+//! line and field, and bad mapping rules are refused before anything runs.
+
+use std::path::Path;
+use std::process::Command;
+
+use graphloom::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
+use graphloom::mapping::Mappings;
+use graphloom::run::{RunOptions, RunReport};
+use graphloom::spec::{PipelineSpec, SourceSpec};
+use graphloom::store::GraphStore;
+use serde_json::{Value, json};
+
+use crate::common;
+use crate::run_pipeline::query;
+
+/// ERP records: two revisions of PO-1 (the second cancels it; the first
+/// lists two order lines), PO-2 with
+/// an amount that is not a number, a purchase order without its number,
+/// and a record kind no mapping covers.
+const ERP: &str = r#"{"id": "r1", "kind": "json", "reference_time": "2025-03-01T09:00:00Z", "content": {"record_type": "purchase_order", "po_number": "PO-1", "vendor": "Acme Corp", "buyer": "Northwind", "amount": 1200.5, "status": "open", "issued_on": "2025-03-01", "approved_by": "Dana Whitcombe", "lines": [{"description": "Ridgeback 14 laptop", "qty": 3}, {"description": "USB-C dock", "qty": 3}]}}
+{"id": "r2", "kind": "json", "reference_time": "2025-03-05T09:00:00Z", "content": {"record_type": "purchase_order", "po_number": "PO-1", "vendor": "Acme Corp", "buyer": "Northwind", "amount": 1200.5, "status": "cancelled", "issued_on": "2025-03-01", "approved_by": "Dana Whitcombe", "cancelled_on": "2025-03-05"}}
+{"id": "r3", "kind": "json", "reference_time": "2025-03-06T09:00:00Z", "content": {"record_type": "purchase_order", "po_number": "PO-2", "vendor": "Acme Corp", "buyer": "Northwind", "amount": "lots", "status": "open", "issued_on": "2025-03-06"}}
+{"id": "r4", "kind": "json", "reference_time": "2025-03-07T09:00:00Z", "content": {"record_type": "purchase_order", "vendor": "Acme Corp", "buyer": "Northwind", "status": "open", "issued_on": "2025-03-07"}}
+{"id": "r5", "kind": "json", "reference_time": "2025-03-08T09:00:00Z", "content": {"record_type": "vendor_note", "vendor": "Acme Corp", "note": "Acme Corp moved its warehouse."}}
+"#;
+
+const CHAT: &str = r#"{"id": "c1", "kind": "message", "reference_time": "2025-03-02T10:00:00Z", "content": "Acme Corp confirmed PO-1 ships on Friday."}
+"#;
+
+/// The model's answers for the two episodes no mapping covers.
+fn responder(req: &ChatRequestView) -> Reply {
+    let user = req.last("user").unwrap_or_default();
+    let system = req.last("system").unwrap_or_default();
+    let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
+    if user.contains("TASK: list the named entities") {
+        let list = if current.contains("ships on Friday") {
+            json!([{"name": "Acme Corp", "type": "Company", "attributes": []},
+                   {"name": "PO-1", "type": "Contract", "attributes": []}])
+        } else {
+            json!([{"name": "Acme Corp", "type": "Company", "attributes": []}])
+        };
+        Reply::json(&json!({ "entities": list }))
+    } else if user.contains("TASK: state every fact") {
+        let list = if current.contains("ships on Friday") {
+            json!([{"source": "Acme Corp", "target": "PO-1", "relation_type": "PARTY_TO", "fact": "Acme Corp ships PO-1.", "valid_at": null, "invalid_at": null}])
+        } else {
+            json!([])
+        };
+        Reply::json(&json!({ "facts": list }))
+    } else if system.contains("already classified as") {
+        let items: Vec<Value> = user
+            .split("\n[")
+            .filter_map(|b| b.trim_start_matches('[').split_once(']'))
+            .map(|(id, text)| {
+                let id: u64 = id.parse().unwrap_or(0);
+                if text.contains("PO-1") {
+                    json!({"id": id, "subtype": "PurchaseOrder", "attributes": []})
+                } else {
+                    json!({"id": id, "subtype": "none", "attributes": []})
+                }
+            })
+            .collect();
+        Reply::json(&json!({ "items": items }))
+    } else {
+        Reply::error(400, "unexpected prompt", "invalid_request_error", None)
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: TestServer,
+    spec: PipelineSpec,
+    store: GraphStore,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("episodes");
+    std::fs::create_dir_all(&source).expect("mkdir");
+    std::fs::write(source.join("erp.jsonl"), ERP).expect("write erp");
+    std::fs::write(source.join("chat.jsonl"), CHAT).expect("write chat");
+    let server = TestServer::start(Behavior::with_responder(responder))
+        .await
+        .expect("server");
+    // The example pipeline's own mappings: this protects what ships.
+    let (mut spec, _) = common::procurement();
+    assert!(!spec.mapping.is_empty(), "the example maps its ERP records");
+    let src: &Path = &source;
+    spec.source = Some(SourceSpec {
+        url: src.to_str().expect("utf-8").to_string(),
+        ..spec.source.clone().expect("example has a source")
+    });
+    spec.llm.base_url = server.base_url();
+    spec.llm.max_attempts = 1;
+    spec.llm.extra_body = Default::default();
+    let store = GraphStore::open(
+        dir.path().join("graph").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open");
+    Fixture {
+        _dir: dir,
+        server,
+        spec,
+        store,
+    }
+}
+
+async fn run(f: &Fixture) -> RunReport {
+    let ontology = graphloom::ontology::Ontology::try_from(&f.spec.ontology).expect("ontology");
+    graphloom::run::run(&f.spec, &ontology, &f.store, &RunOptions::default())
+        .await
+        .expect("run completes")
+}
+
+fn entity_calls(server: &TestServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("TASK: list the named entities"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mapped_records_make_no_llm_call_and_resolve_with_extracted_mentions_into_one_graph() {
+    let f = fixture().await;
+    let report = run(&f).await;
+
+    // Four records matched the purchase-order mapping; only the chat
+    // message and the unmapped vendor note went to the model.
+    assert_eq!(report.episodes_planned, 6);
+    assert_eq!(report.episodes_mapped, 4);
+    assert_eq!(entity_calls(&f.server), 2);
+    for r in f.server.requests() {
+        // Earlier records may be shown as context; none is asked about.
+        let body = r.body.to_string();
+        let current = body.split("<CURRENT EPISODE").nth(1).unwrap_or(&body);
+        assert!(
+            !current.contains("purchase_order"),
+            "a mapped record was extracted by the model"
+        );
+    }
+    // r4 failed; the other five are committed.
+    assert_eq!(report.episodes_added, 5);
+
+    // Acme Corp from three mapped records, the chat message and the
+    // extracted vendor note is one node.
+    let acme = query(
+        &f.store,
+        "SELECT name, cardinality(episode_ids) AS episodes FROM nodes WHERE name_normalized = 'acme corp'",
+    )
+    .await;
+    assert_eq!(acme.len(), 1, "one Acme node: {acme:?}");
+    assert_eq!(acme[0]["episodes"], json!(5));
+
+    // PO-1: the mapped revisions and the extracted mention are one
+    // purchase order, with the newer revision's status.
+    let po = query(
+        &f.store,
+        "SELECT name, type, json_get_str(attributes, 'status') AS status, \
+                json_get_str(attributes, 'amount') AS amount, cardinality(episode_ids) AS episodes \
+         FROM nodes WHERE has_label(labels, 'Contract') ORDER BY name",
+    )
+    .await;
+    assert_eq!(po.len(), 2, "PO-1 and PO-2: {po:?}");
+    assert_eq!(po[0]["name"], "PO-1");
+    assert_eq!(po[0]["type"], "PurchaseOrder");
+    assert_eq!(po[0]["status"], "cancelled");
+    assert_eq!(po[0]["episodes"], json!(3));
+    // PO-2's amount was not a number: left out, the rest of it loaded.
+    assert_eq!(po[1]["name"], "PO-2");
+    assert_eq!(po[1]["amount"], Value::Null);
+
+    // The cancelled revision restates the seller's mapped PARTY_TO fact
+    // with an end: that edge, and the chat's other wording of the same
+    // relationship ("ships PO-1"), end on the cancellation date.
+    let ended = query(
+        &f.store,
+        "SELECT e.fact, e.invalid_at, cardinality(e.episode_ids) AS episodes FROM edges e \
+         JOIN nodes s ON s.node_id = e.source_node_id \
+         JOIN nodes t ON t.node_id = e.target_node_id \
+         WHERE s.name_normalized = 'acme corp' AND t.name = 'PO-1' AND e.relation_type = 'PARTY_TO' \
+         ORDER BY e.fact",
+    )
+    .await;
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(
+        ended.iter().all(|e| e["invalid_at"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("2025-03-05"))),
+        "every Acme → PO-1 edge ended at the cancellation: {ended:?}"
+    );
+    assert_eq!(
+        ended[0]["fact"], "Acme Corp is the seller on purchase order PO-1",
+        "{ended:?}"
+    );
+    assert_eq!(ended[0]["episodes"], json!(2), "both revisions in one edge");
+    // One product per order line (`each = "lines"`), ordered by PO-1.
+    let lines = query(
+        &f.store,
+        "SELECT t.name FROM edges e JOIN nodes s ON s.node_id = e.source_node_id \
+         JOIN nodes t ON t.node_id = e.target_node_id \
+         WHERE e.relation_type = 'ORDERS' AND s.name = 'PO-1' AND t.type = 'Product' ORDER BY t.name",
+    )
+    .await;
+    assert_eq!(
+        lines,
+        vec![json!({"name": "Ridgeback 14 laptop"}), json!({"name": "USB-C dock"})]
+    );
+    // The approver's SIGNED fact came from the mapping alone.
+    let signed = query(
+        &f.store,
+        "SELECT s.name FROM edges e JOIN nodes s ON s.node_id = e.source_node_id \
+         WHERE e.relation_type = 'SIGNED'",
+    )
+    .await;
+    assert_eq!(signed, vec![json!({"name": "Dana Whitcombe"})]);
+
+    // The seed question: open purchase orders with Acme.
+    let sql =
+        std::fs::read_to_string(common::repo().join("sql/open_purchase_orders_with_acme.sql"))
+            .expect("read sql");
+    let open = query(&f.store, &sql).await;
+    let names: Vec<&str> = open
+        .iter()
+        .filter_map(|r| r["purchase_order"].as_str())
+        .collect();
+    assert_eq!(names, vec!["PO-2"]);
+
+    // Failures: the record without its number (file, line, field) and the
+    // amount that is not a number.
+    let failures = query(
+        &f.store,
+        "SELECT item, reason FROM failures WHERE stage = 'map_records' ORDER BY reason",
+    )
+    .await;
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    let whole = failures
+        .iter()
+        .find(|r| {
+            r["reason"]
+                .as_str()
+                .is_some_and(|t| t.contains("`po_number`"))
+        })
+        .expect("a row for the record without po_number");
+    assert!(
+        whole["item"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("erp.jsonl#L4"))
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|r| r["reason"].as_str().is_some_and(|t| t.contains("`amount`")))
+    );
+
+    // A re-run makes no call; the failed record is tried again and fails
+    // again (the data has to be fixed), nothing else changes.
+    let calls = f.server.requests().len();
+    let again = run(&f).await;
+    assert_eq!(f.server.requests().len(), calls);
+    assert_eq!(again.episodes_planned, 1);
+    assert_eq!(again.episodes_added, 0);
+    assert_eq!(again.failures_by_stage.get("map_records"), Some(&1));
+}
+
+#[test]
+fn mapping_rules_the_ontology_does_not_allow_are_all_listed_and_refused_with_exit_code_2() {
+    let example = std::fs::read_to_string(common::repo().join("pipelines/procurement.toml"))
+        .expect("read example");
+    let bad = r#"
+[[mapping]]
+files = "crm.jsonl"
+
+[[mapping.entities]]
+id = "who"
+type = "Persn"
+name = "{full_name}"
+
+[[mapping.entities]]
+id = "org"
+type = "Company"
+name = "{company"
+properties = { revenue = "revenue" }
+
+[[mapping.entities]]
+id = "deal"
+type = "PurchaseOrder"
+name = "{po}"
+
+[[mapping.facts]]
+relation = "PARTY_TO"
+source = "deal"
+target = "org"
+
+[[mapping.facts]]
+relation = "EMPLOYED_BY"
+source = "who"
+target = "nobody"
+"#;
+    let text = format!("{example}\n{bad}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, &text).expect("write spec");
+    let spec = PipelineSpec::from_toml(&text, &path).expect("the shape parses");
+    let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
+    let err = Mappings::compile(&spec.mapping, &ontology)
+        .expect_err("the bad mapping is refused")
+        .to_string();
+    let n = spec.mapping.len() - 1;
+    for expected in [
+        format!("mapping[{n}].entities[0].type: unknown entity type `Persn`"),
+        format!("mapping[{n}].entities[1].name: `{{company`: a `{{` is not closed"),
+        format!(
+            "mapping[{n}].entities[1].properties.revenue: `revenue` is not a property of `Company`"
+        ),
+        format!(
+            "mapping[{n}].facts[0].relation: `PARTY_TO` does not allow PurchaseOrder → Company"
+        ),
+        format!("mapping[{n}].facts[1].target: `nobody` is not the id of an entity"),
+    ] {
+        assert!(err.contains(&expected), "missing `{expected}` in:\n{err}");
+    }
+
+    let out = Command::new(common::bin())
+        .args(["ontology", "check"])
+        .arg(&path)
+        .output()
+        .expect("run graphloom");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid record mapping"), "{stderr}");
+    assert!(stderr.contains("unknown entity type `Persn`"), "{stderr}");
+}
