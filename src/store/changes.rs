@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, StringArray};
 use arrow::datatypes::Int64Type;
 use datafusion::functions_aggregate::expr_fn::max;
-use datafusion::logical_expr::{JoinType, lit};
+use datafusion::logical_expr::JoinType;
 use datafusion::prelude::{SessionContext, col};
 
 use super::rows::{self, EdgeRow, EpisodeRow, FailureRow, LlmCallRow, NodeRow};
@@ -50,8 +50,17 @@ impl Transaction {
                 WriteMode::Append
             }
         };
-        let nodes_mode = merge_or_append(!changes.updated_node_ids.is_empty(), "node_id");
-        let edges_mode = merge_or_append(changes.edges_changed, "edge_id");
+        let nodes_mode = merge_or_append(!changes.updated_node_ids.is_empty(), &["node_id"]);
+        let edges_mode = merge_or_append(changes.edges_changed, &["edge_id"]);
+        // An updated node's chain only grows (a longer compatible chain
+        // wins, see resolve::stage), so its old labels are a subset of its
+        // new ones: merging on (node_id, label) adds the new labels. (A
+        // delete of the updated ids' old labels first put every id into
+        // one IN list, which delta-rs turns into an expression nested as
+        // deep as the list is long: 4,868 updated nodes overflowed the
+        // stack.)
+        let labels_mode =
+            merge_or_append(!changes.updated_node_ids.is_empty(), &["node_id", "label"]);
         let labels = rows::node_label_rows(&changes.nodes);
         let writes = [
             (
@@ -85,19 +94,9 @@ impl Transaction {
                 self.stage(table, mode, vec![batch]);
             }
         }
-        // Writes to one table commit in the order staged: the delete of
-        // the updated nodes' old labels before their new ones.
-        if !changes.updated_node_ids.is_empty() {
-            let ids = changes.updated_node_ids.iter().map(|id| lit(id.as_str()));
-            self.stage(
-                Table::NodeLabels,
-                WriteMode::Delete(col("node_id").in_list(ids.collect(), false)),
-                Vec::new(),
-            );
-        }
         if !labels.is_empty() {
             let batch = rows::to_batch(Table::NodeLabels, &labels)?;
-            self.stage(Table::NodeLabels, WriteMode::Append, vec![batch]);
+            self.stage(Table::NodeLabels, labels_mode, vec![batch]);
         }
         let hash = ontology.content_hash();
         let last = self.head.last_completed.as_ref();

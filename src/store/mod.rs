@@ -218,9 +218,9 @@ pub enum WriteMode {
     Append,
     /// Replace every row.
     Overwrite,
-    /// Delta MERGE on the key column: rows whose key exists are replaced,
+    /// Delta MERGE on the key columns: rows whose key exists are replaced,
     /// the others inserted.
-    Upsert(&'static str),
+    Upsert(&'static [&'static str]),
     /// Delete the rows matching a predicate (the batches are ignored).
     Delete(datafusion::prelude::Expr),
 }
@@ -843,7 +843,13 @@ impl Transaction {
                     .map(|f| f.name().clone())
                     .collect();
                 let merge = base
-                    .merge(source, format!("target.{key} = source.{key}"))
+                    .merge(
+                        source,
+                        key.iter()
+                            .map(|k| format!("target.{k} = source.{k}"))
+                            .collect::<Vec<_>>()
+                            .join(" AND "),
+                    )
                     .with_source_alias("source")
                     .with_target_alias("target")
                     .with_commit_properties(props)

@@ -208,7 +208,10 @@ async fn mapped_records_make_no_llm_call_and_resolve_with_extracted_mentions_int
     .await;
     assert_eq!(
         lines,
-        vec![json!({"name": "Ridgeback 14 laptop"}), json!({"name": "USB-C dock"})]
+        vec![
+            json!({"name": "Ridgeback 14 laptop"}),
+            json!({"name": "USB-C dock"})
+        ]
     );
     // The approver's SIGNED fact came from the mapping alone.
     let signed = query(
@@ -334,4 +337,77 @@ target = "nobody"
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("invalid record mapping"), "{stderr}");
     assert!(stderr.contains("unknown entity type `Persn`"), "{stderr}");
+}
+
+/// A run that updates thousands of committed nodes commits: their labels
+/// are merged on (node_id, label), never deleted by an IN list of every
+/// updated id (delta-rs nests such a list one expression per id, and 4,868
+/// ids overflowed the stack).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_updates_thousands_of_committed_nodes_commits() {
+    const N: usize = 5_000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, run: usize| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        let lines: Vec<String> = (0..N)
+            .map(|i| {
+                json!({"id": format!("r{run}-{i}"), "kind": "json", "reference_time": "2025-01-01T00:00:00Z",
+                       "content": {"company": format!("Company {i}"), "run": run}})
+                .to_string()
+            })
+            .collect();
+        std::fs::write(d.join("crm.jsonl"), lines.join("\n")).expect("write");
+        d
+    };
+    let (one, two) = (write("one", 1), write("two", 2));
+    let text = format!(
+        r#"
+[source]
+url = "{}"
+[output]
+graph = "{}"
+[llm]
+base_url = "http://127.0.0.1:9/v1"
+model = "none"
+[[ontology.entity_types]]
+name = "Company"
+description = "A business."
+[[mapping]]
+[[mapping.entities]]
+id = "company"
+type = "Company"
+name = "{{company}}"
+"#,
+        one.display(),
+        dir.path().join("graph").display()
+    );
+    let mut spec = PipelineSpec::from_toml(&text, &dir.path().join("crm.toml")).expect("spec");
+    let store = GraphStore::open(
+        dir.path().join("graph").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open");
+    let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
+    let first = graphloom::run::run(&spec, &ontology, &store, &RunOptions::default())
+        .await
+        .expect("first run");
+    assert_eq!(first.episodes_added, N);
+    spec.source.as_mut().expect("source").url = two.to_str().expect("utf-8").to_string();
+    let second = graphloom::run::run(&spec, &ontology, &store, &RunOptions::default())
+        .await
+        .expect("second run updates every node");
+    assert_eq!(second.episodes_added, N);
+    let counts = query(
+        &store,
+        "SELECT (SELECT count(*) FROM nodes) AS nodes, \
+                (SELECT count(*) FROM node_labels) AS labels, \
+                (SELECT min(cardinality(episode_ids)) FROM nodes) AS min_episodes",
+    )
+    .await;
+    assert_eq!(
+        counts[0],
+        json!({"nodes": N, "labels": 2 * N, "min_episodes": 2}),
+        "one node per company, its two labels once, both runs' records"
+    );
 }
