@@ -70,6 +70,9 @@ pub struct FactMention {
     pub valid_at: Option<DateTime<Utc>>,
     /// When it stopped holding.
     pub invalid_at: Option<DateTime<Utc>>,
+    /// Made by a `[[mapping]]` from a record (stored with origin `map`),
+    /// not read from text by the model.
+    pub mapped: bool,
 }
 
 impl FactMention {
@@ -1209,6 +1212,7 @@ pub async fn extract_facts(
             fact: text.to_string(),
             valid_at,
             invalid_at,
+            mapped: false,
         });
     }
     Ok((facts, rejected))

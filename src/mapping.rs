@@ -568,6 +568,7 @@ impl Mapping {
             fact,
             valid_at: times[0],
             invalid_at: times[1],
+            mapped: true,
         });
     }
 }

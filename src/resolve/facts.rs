@@ -449,6 +449,14 @@ pub fn contradiction_candidates(
                 EdgeRef::Committed(_) => {
                     ready.insert(key(k));
                 }
+                // A record's fact asks nothing: it ends by its own
+                // `invalid_at` field, and a record listing one purchase
+                // order does not contradict the record of another (a small
+                // model judged that it did). It is still a peer that
+                // facts read from text may contradict.
+                EdgeRef::New(i) if new_edges[*i].origin == "map" => {
+                    ready.insert(key(k));
+                }
                 EdgeRef::New(i) => {
                     let e = &new_edges[*i];
                     let others: Vec<EdgeRef> = ready
@@ -621,6 +629,20 @@ mod fact_tests {
         new[0].fact = "Priya Raman left Acme.".into();
         let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
         assert_eq!(r.duplicates, 0, "a different statement is not a duplicate");
+    }
+
+    #[test]
+    fn a_fact_from_a_record_asks_no_contradiction_question_but_can_be_asked_about() {
+        let committed = vec![edge("c", "acme", Some(2020))];
+        let mut new = vec![edge("n", "brightline", Some(2024))];
+        new[0].origin = "map".into();
+        assert!(contradiction_candidates(&new, &committed, &[], &family, 4).is_empty());
+        // A fact read from text after it is asked about it.
+        new.push(edge("t", "globex", Some(2025)));
+        let cases = contradiction_candidates(&new, &committed, &[], &family, 4);
+        assert_eq!(cases.len(), 1);
+        assert_eq!(cases[0].0, 1);
+        assert!(cases[0].1.contains(&EdgeRef::New(0)), "{cases:?}");
     }
 
     #[test]

@@ -299,7 +299,7 @@ fn draft_edges(
             created_at: cx.now,
             expired_at: None,
             fact_embedding: None,
-            origin: "extract".into(),
+            origin: if f.mapped { "map" } else { "extract" }.into(),
             run_id: cx.run_id.to_string(),
         });
     }
