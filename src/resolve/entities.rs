@@ -932,44 +932,27 @@ impl Clusters {
                     .filter(|p| seen.insert(p.target))
                     .collect()
             };
-            // Linked types: the best score at or above the threshold wins
-            // when it beats the rest; ties and grey-band scores stay open.
             let mut linked = nodes(Kind::Linked, 0.0);
             let link_grey = nodes(Kind::LinkGrey, 0.0);
-            if !linked.is_empty() || !link_grey.is_empty() {
+            let decided = if !linked.is_empty() || !link_grey.is_empty() {
+                // Linked types: the best score at or above the threshold
+                // wins when it beats the rest; ties and grey-band scores
+                // stay open.
                 linked.sort_by(|a, b| b.score.total_cmp(&a.score));
-                let decided = match linked.as_slice() {
-                    [best] => Ok(*best),
-                    [best, next, ..] if best.score > next.score => Ok(*best),
+                match linked.as_slice() {
+                    [best] => Ok(Some(*best)),
+                    [best, next, ..] if best.score > next.score => Ok(Some(*best)),
                     [] => Err((link_grey, "only grey-band record scores")),
                     _ => Err((linked, "several records score alike")),
-                };
-                match decided {
-                    Ok(p) => {
-                        self.join(m, p);
-                    }
-                    Err((mut options, reason)) => {
-                        options.sort_by(|a, b| b.score.total_cmp(&a.score));
-                        open.insert(
-                            m,
-                            Ambiguity {
-                                mention: m,
-                                options: options.into_iter().cloned().collect(),
-                                reason,
-                            },
-                        );
-                    }
                 }
-                continue;
-            }
-            let identity = nodes(Kind::Identity, 0.0);
-            let names = nodes(Kind::Name, 0.0);
-            let high = nodes(Kind::Fuzzy, spec.fuzzy_merge_threshold);
-            let grey: Vec<&Pair> = nodes(Kind::Fuzzy, 0.0)
-                .into_iter()
-                .filter(|p| p.score < spec.fuzzy_merge_threshold)
-                .collect();
-            let decided: Result<Option<&Pair>, (Vec<&Pair>, &'static str)> =
+            } else {
+                let identity = nodes(Kind::Identity, 0.0);
+                let names = nodes(Kind::Name, 0.0);
+                let high = nodes(Kind::Fuzzy, spec.fuzzy_merge_threshold);
+                let grey: Vec<&Pair> = nodes(Kind::Fuzzy, 0.0)
+                    .into_iter()
+                    .filter(|p| p.score < spec.fuzzy_merge_threshold)
+                    .collect();
                 match (identity.len(), names.len(), high.len()) {
                     (1, _, _) if names.iter().all(|n| n.target == identity[0].target) => {
                         Ok(Some(identity[0]))
@@ -984,7 +967,8 @@ impl Clusters {
                         identity.into_iter().chain(names).collect(),
                         "identity and name disagree",
                     )),
-                };
+                }
+            };
             match decided {
                 Ok(Some(p)) => {
                     self.join(m, p);
@@ -1194,14 +1178,6 @@ pub async fn resolve_entities(
     for f in udfs(spec, identity) {
         ctx.register_udf(f);
     }
-    let linkages: Vec<super::linkage::Linkage> = spec
-        .linkage
-        .iter()
-        .map(super::linkage::Linkage::new)
-        .collect();
-    for f in super::linkage::udfs(&linkages) {
-        ctx.register_udf(f);
-    }
     let mut element_of: Vec<usize> = Vec::with_capacity(all_mentions.len());
     let mut first: Vec<usize> = Vec::new();
     {
@@ -1217,6 +1193,14 @@ pub async fn resolve_entities(
     }
     let distinct: Vec<MentionKey> = first.iter().map(|&i| all_mentions[i].clone()).collect();
     let mentions = distinct.as_slice();
+    let linkages: Vec<super::linkage::Linkage> = spec
+        .linkage
+        .iter()
+        .map(super::linkage::Linkage::new)
+        .collect();
+    for f in super::linkage::udfs(&linkages, mentions) {
+        ctx.register_udf(f);
+    }
     tracing::debug!(
         "{} mentions, {} distinct",
         all_mentions.len(),

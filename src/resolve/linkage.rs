@@ -26,7 +26,7 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{Kind, MENTIONS_TABLE, Pair, decode_pairs, materialize};
+use super::entities::{Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, materialize};
 use crate::spec::resolve::{CompareMethod, CompareSpec, LinkageSpec, parse_block_key};
 use crate::text::{name_similarity, normalize_name};
 
@@ -201,8 +201,54 @@ fn attributes_of(text: Option<&str>) -> Map<String, Value> {
 /// `linkage_keys(labels, group, name, attributes)` (salted keys),
 /// `linkage_cap(key)` (the key's `max_block`) and
 /// `linkage_score(labels, name_a, attributes_a, name_b, attributes_b)`.
-pub fn udfs(linkages: &[Linkage]) -> Vec<ScalarUDF> {
+pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
     let all = Arc::new(linkages.to_vec());
+    // The run's linked mentions, parsed once: pairs of them are scored by
+    // id, so the joins carry ids, not their attribute texts (a million
+    // mentions' pairs with both sides' JSON overflowed a string column's
+    // 2 GiB offsets).
+    let rows: Arc<Vec<Option<(usize, String, Map<String, Value>)>>> = Arc::new(
+        mentions
+            .iter()
+            .map(|m| {
+                let at = all
+                    .iter()
+                    .position(|l| m.chain.iter().any(|t| *t == l.entity_type))?;
+                Some((at, m.name.clone(), attributes_of(Some(&m.attributes))))
+            })
+            .collect(),
+    );
+    let by_id = {
+        let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
+        create_udf(
+            "linkage_score_mentions",
+            vec![DataType::Int64, DataType::Int64],
+            DataType::Float64,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let ids = |a: &ArrayRef| -> Result<Int64Array, DataFusionError> {
+                    let a = arrow::compute::cast(a, &DataType::Int64)?;
+                    Ok(a.as_primitive::<arrow::datatypes::Int64Type>().clone())
+                };
+                let (a, b) = (ids(&arrays[0])?, ids(&arrays[1])?);
+                let row = |i: i64| rows.get(usize::try_from(i).ok()?)?.as_ref();
+                // Below the rule's grey band: null, so the plan drops the
+                // pair before it joins any text back.
+                let out: Float64Array = a
+                    .iter()
+                    .zip(b.iter())
+                    .map(|(x, y)| {
+                        let ((at, na, aa), (_, nb, ab)) = (row(x?)?, row(y?)?);
+                        let l = &all[*at];
+                        let s = l.score((na, aa), (nb, ab));
+                        (s >= l.grey).then_some(s)
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
     let lists = |a: &ArrayRef| -> Result<ArrayRef, DataFusionError> {
         Ok(arrow::compute::cast(a, &list_of(DataType::Utf8))?)
     };
@@ -377,7 +423,7 @@ pub fn udfs(linkages: &[Linkage]) -> Vec<ScalarUDF> {
             }),
         )
     };
-    vec![of, keys, cap, score, sure]
+    vec![of, keys, cap, score, sure, by_id]
 }
 
 /// Candidate pairs of the run's linked mentions against the committed
@@ -415,35 +461,39 @@ pub(super) async fn linkage_pairs(
     for is_mention in [false, true] {
         let started = std::time::Instant::now();
         let before = out.len();
-        let (targets, counted, raw, order) = if is_mention {
-            (
-                PK,
-                format!("SELECT k FROM {PK}"),
-                format!("SELECT mention_id AS target, name, type, labels, attributes FROM {m}"),
-                "AND p.id < t.id",
+        // Pairs of mentions are ids until they are scored; only pairs in or
+        // above a grey band get the texts the rules and prompts need.
+        let sql = if is_mention {
+            format!(
+                "WITH small AS (SELECT k FROM {PK} GROUP BY k HAVING count(*) <= linkage_cap(k)), \
+                 pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
+                   FROM {PK} p JOIN small ON p.k = small.k JOIN {PK} t ON p.k = t.k WHERE p.id < t.id), \
+                 kept AS (SELECT mention_id, target, linkage_score_mentions(mention_id, target) AS score \
+                   FROM pairs WHERE linkage_score_mentions(mention_id, target) IS NOT NULL) \
+                 SELECT kept.mention_id, kept.target, kept.score, CAST(1 AS BIGINT) AS n, s.name, s.labels, \
+                   identity_keys(s.type, s.attributes) AS ids, linkage_sure(mm.labels, kept.score) AS sure \
+                 FROM kept JOIN {m} mm ON mm.mention_id = kept.mention_id \
+                 JOIN {m} s ON s.mention_id = kept.target \
+                 WHERE chains_compatible(mm.labels, s.labels)"
             )
         } else {
-            (
-                TK,
-                format!("SELECT k FROM {PK} UNION ALL SELECT k FROM {TK}"),
-                format!("SELECT short_id AS target, name, type, labels, attributes FROM {nodes}"),
-                "",
+            format!(
+                "WITH small AS (SELECT k FROM (SELECT k FROM {PK} UNION ALL SELECT k FROM {TK}) \
+                   GROUP BY k HAVING count(*) <= linkage_cap(k)), \
+                 pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
+                   FROM {PK} p JOIN small ON p.k = small.k JOIN {TK} t ON p.k = t.k), \
+                 c AS (SELECT pairs.mention_id, pairs.target, mm.labels AS ml, \
+                   linkage_score(mm.labels, mm.name, mm.attributes, s.name, s.attributes) AS score, \
+                   s.name, s.labels, s.type, s.attributes \
+                   FROM pairs JOIN {m} mm ON mm.mention_id = pairs.mention_id \
+                   JOIN (SELECT short_id AS target, name, type, labels, attributes FROM {nodes}) s \
+                     ON s.target = pairs.target \
+                   WHERE chains_compatible(mm.labels, s.labels)) \
+                 SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
+                   identity_keys(type, attributes) AS ids, linkage_sure(ml, score) AS sure \
+                 FROM c WHERE linkage_sure(ml, score) IS NOT NULL"
             )
         };
-        let sql = format!(
-            "WITH small AS (SELECT k FROM ({counted}) GROUP BY k HAVING count(*) <= linkage_cap(k)), \
-             pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
-               FROM {PK} p JOIN small ON p.k = small.k JOIN {targets} t ON p.k = t.k WHERE true {order}), \
-             c AS (SELECT pairs.mention_id, pairs.target, mm.labels AS ml, \
-               linkage_score(mm.labels, mm.name, mm.attributes, s.name, s.attributes) AS score, \
-               s.name, s.labels, s.type, s.attributes \
-               FROM pairs JOIN {m} mm ON mm.mention_id = pairs.mention_id \
-               JOIN ({raw}) s ON s.target = pairs.target \
-               WHERE chains_compatible(mm.labels, s.labels)) \
-             SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
-               identity_keys(type, attributes) AS ids, linkage_sure(ml, score) AS sure \
-             FROM c WHERE linkage_sure(ml, score) IS NOT NULL"
-        );
         let side = if is_mention {
             "the run's mentions"
         } else {
