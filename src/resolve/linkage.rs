@@ -197,23 +197,28 @@ fn attributes_of(text: Option<&str>) -> Map<String, Value> {
     }
 }
 
+/// A linked mention as the scoring UDF keeps it: its rule's index, name
+/// and attributes.
+type LinkedRow = (usize, String, Map<String, Value>);
+
 /// `linkage_of(labels)` (index of the row's rule, null for none),
 /// `linkage_keys(labels, group, name, attributes)` (salted keys),
-/// `linkage_cap(key)` (the key's `max_block`) and
-/// `linkage_score(labels, name_a, attributes_a, name_b, attributes_b)`.
+/// `linkage_cap(key)` (the key's `max_block`),
+/// `linkage_score(labels, name_a, attributes_a, name_b, attributes_b)`,
+/// `linkage_sure(labels, score)` (true at or above the threshold, false
+/// in the grey band, null below) and `linkage_score_mentions(a, b)` (two
+/// of the run's `mentions` by position, null below the grey band).
 pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
     let all = Arc::new(linkages.to_vec());
     // The run's linked mentions, parsed once: pairs of them are scored by
     // id, so the joins carry ids, not their attribute texts (a million
     // mentions' pairs with both sides' JSON overflowed a string column's
     // 2 GiB offsets).
-    let rows: Arc<Vec<Option<(usize, String, Map<String, Value>)>>> = Arc::new(
+    let rows: Arc<Vec<Option<LinkedRow>>> = Arc::new(
         mentions
             .iter()
             .map(|m| {
-                let at = all
-                    .iter()
-                    .position(|l| m.chain.iter().any(|t| *t == l.entity_type))?;
+                let at = all.iter().position(|l| m.chain.contains(&l.entity_type))?;
                 Some((at, m.name.clone(), attributes_of(Some(&m.attributes))))
             })
             .collect(),
