@@ -553,7 +553,7 @@ async fn export(target: &GraphTarget, to: &str) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// " (N mapped records, no LLM)" when a mapping applied.
+/// " (N of them records mapped without an LLM)" when a mapping applied.
 fn mapped_note(mapped: usize) -> String {
     if mapped == 0 {
         String::new()

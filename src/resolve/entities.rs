@@ -123,17 +123,17 @@ pub fn mentions_batches(
     Ok(out)
 }
 
-fn list_of(item: DataType) -> DataType {
+pub(super) fn list_of(item: DataType) -> DataType {
     DataType::List(Arc::new(Field::new("item", item, true)))
 }
 
-fn strings(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
+pub(super) fn strings(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
     Ok(arrow::compute::cast(array, &DataType::Utf8)?)
 }
 
 /// A list-of-strings column as `List<Utf8>`, whatever the reader chose
 /// (Delta scans may give string views or large lists).
-fn string_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
+pub(super) fn string_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
     Ok(arrow::compute::cast(array, &list_of(DataType::Utf8))?)
 }
 

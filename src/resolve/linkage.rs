@@ -18,15 +18,19 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListBuilder, StringBuilder,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListArray, ListBuilder,
+    StringBuilder,
 };
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::DataType;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, materialize};
+use super::entities::{
+    Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, list_of, materialize, string_lists,
+    strings,
+};
 use crate::spec::resolve::{CompareMethod, CompareSpec, LinkageSpec, parse_block_key};
 use crate::text::{name_similarity, normalize_name};
 
@@ -177,17 +181,24 @@ fn date_digits(s: &str) -> Option<String> {
     (head.len() == 8 && head.bytes().all(|b| b.is_ascii_digit())).then_some(head)
 }
 
-fn list_of(item: DataType) -> DataType {
-    DataType::List(Arc::new(Field::new("item", item, true)))
-}
-
-/// The linkage of a row, by its labels: the first rule whose type the
-/// labels hold.
-fn linkage_for<'l>(linkages: &'l [Linkage], labels: &ArrayRef) -> Option<&'l Linkage> {
-    let labels = labels.as_string::<i32>();
+/// The index of the first rule whose type is among `types` (a row's
+/// labels, or a mention's chain).
+fn rule_of<'t>(
+    linkages: &[Linkage],
+    types: impl Iterator<Item = &'t str> + Clone,
+) -> Option<usize> {
     linkages
         .iter()
-        .find(|l| labels.iter().flatten().any(|t| t == l.entity_type))
+        .position(|l| types.clone().any(|t| t == l.entity_type))
+}
+
+/// [`rule_of`] for row `i` of a labels column.
+fn rule_of_row(linkages: &[Linkage], labels: &ListArray, i: usize) -> Option<usize> {
+    if labels.is_null(i) {
+        return None;
+    }
+    let row = labels.value(i);
+    rule_of(linkages, row.as_string::<i32>().iter().flatten())
 }
 
 fn attributes_of(text: Option<&str>) -> Map<String, Value> {
@@ -197,33 +208,39 @@ fn attributes_of(text: Option<&str>) -> Map<String, Value> {
     }
 }
 
-/// A linked mention as the scoring UDF keeps it: its rule's index, name
+/// A linked mention as the scoring UDFs keep it: its rule's index, name
 /// and attributes.
 type LinkedRow = (usize, String, Map<String, Value>);
+
+fn ids(a: &ArrayRef) -> Result<Int64Array, DataFusionError> {
+    let a = arrow::compute::cast(a, &DataType::Int64)?;
+    Ok(a.as_primitive::<arrow::datatypes::Int64Type>().clone())
+}
 
 /// `linkage_of(labels)` (index of the row's rule, null for none),
 /// `linkage_keys(labels, group, name, attributes)` (salted keys),
 /// `linkage_cap(key)` (the key's `max_block`),
-/// `linkage_score(labels, name_a, attributes_a, name_b, attributes_b)`,
-/// `linkage_sure(labels, score)` (true at or above the threshold, false
-/// in the grey band, null below) and `linkage_score_mentions(a, b)` (two
-/// of the run's `mentions` by position, null below the grey band).
+/// `linkage_score_mentions(a, b)` (two of the run's `mentions` by
+/// position) and `linkage_score_node(mention, name, attributes)` (a
+/// mention against a node's name and attributes), both null below the
+/// rule's grey band, and `linkage_sure(mention, score)` (true at or above
+/// the mention's threshold, false in its grey band).
 pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
     let all = Arc::new(linkages.to_vec());
-    // The run's linked mentions, parsed once: pairs of them are scored by
-    // id, so the joins carry ids, not their attribute texts (a million
-    // mentions' pairs with both sides' JSON overflowed a string column's
-    // 2 GiB offsets).
+    // The run's linked mentions, parsed once: pairs are scored by mention
+    // id, so the joins carry ids, not the mentions' attribute texts (a
+    // million mentions' pairs with both sides' JSON overflowed a string
+    // column's 2 GiB offsets).
     let rows: Arc<Vec<Option<LinkedRow>>> = Arc::new(
         mentions
             .iter()
             .map(|m| {
-                let at = all.iter().position(|l| m.chain.contains(&l.entity_type))?;
+                let at = rule_of(&all, m.chain.iter().map(String::as_str))?;
                 Some((at, m.name.clone(), attributes_of(Some(&m.attributes))))
             })
             .collect(),
     );
-    let by_id = {
+    let mentions_udf = {
         let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
         create_udf(
             "linkage_score_mentions",
@@ -232,33 +249,69 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
             Volatility::Immutable,
             Arc::new(move |args: &[ColumnarValue]| {
                 let arrays = ColumnarValue::values_to_arrays(args)?;
-                let ids = |a: &ArrayRef| -> Result<Int64Array, DataFusionError> {
-                    let a = arrow::compute::cast(a, &DataType::Int64)?;
-                    Ok(a.as_primitive::<arrow::datatypes::Int64Type>().clone())
-                };
                 let (a, b) = (ids(&arrays[0])?, ids(&arrays[1])?);
                 let row = |i: i64| rows.get(usize::try_from(i).ok()?)?.as_ref();
-                // Below the rule's grey band: null, so the plan drops the
-                // pair before it joins any text back.
                 let out: Float64Array = a
                     .iter()
                     .zip(b.iter())
                     .map(|(x, y)| {
                         let ((at, na, aa), (_, nb, ab)) = (row(x?)?, row(y?)?);
-                        let l = &all[*at];
-                        let s = l.score((na, aa), (nb, ab));
-                        (s >= l.grey).then_some(s)
+                        grey_or_above(&all[*at], (na, aa), (nb, ab))
                     })
                     .collect();
                 Ok(ColumnarValue::Array(Arc::new(out)))
             }),
         )
     };
-    let lists = |a: &ArrayRef| -> Result<ArrayRef, DataFusionError> {
-        Ok(arrow::compute::cast(a, &list_of(DataType::Utf8))?)
+    let node_udf = {
+        let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
+        create_udf(
+            "linkage_score_node",
+            vec![DataType::Int64, DataType::Utf8, DataType::Utf8],
+            DataType::Float64,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let a = ids(&arrays[0])?;
+                let (names, attrs) = (strings(&arrays[1])?, strings(&arrays[2])?);
+                let (names, attrs) = (names.as_string::<i32>(), attrs.as_string::<i32>());
+                let out: Float64Array = (0..a.len())
+                    .map(|i| {
+                        let (at, na, aa) = rows
+                            .get(usize::try_from(a.is_valid(i).then(|| a.value(i))?).ok()?)?
+                            .as_ref()?;
+                        let nb = names.is_valid(i).then(|| names.value(i))?;
+                        let ab = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
+                        grey_or_above(&all[*at], (na, aa), (nb, &ab))
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
     };
-    let texts = |a: &ArrayRef| -> Result<ArrayRef, DataFusionError> {
-        Ok(arrow::compute::cast(a, &DataType::Utf8)?)
+    let sure = {
+        let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
+        create_udf(
+            "linkage_sure",
+            vec![DataType::Int64, DataType::Float64],
+            DataType::Boolean,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let a = ids(&arrays[0])?;
+                let scores = arrow::compute::cast(&arrays[1], &DataType::Float64)?;
+                let scores = scores.as_primitive::<arrow::datatypes::Float64Type>();
+                let out: BooleanArray = a
+                    .iter()
+                    .zip(scores.iter())
+                    .map(|(m, s)| {
+                        let (at, ..) = rows.get(usize::try_from(m?).ok()?)?.as_ref()?;
+                        Some(s? >= all[*at].threshold)
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
     };
     let of = {
         let all = Arc::clone(&all);
@@ -269,17 +322,10 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
             Volatility::Immutable,
             Arc::new(move |args: &[ColumnarValue]| {
                 let arrays = ColumnarValue::values_to_arrays(args)?;
-                let labels = lists(&arrays[0])?;
+                let labels = string_lists(&arrays[0])?;
                 let labels = labels.as_list::<i32>();
                 let out: Int64Array = (0..labels.len())
-                    .map(|i| {
-                        if labels.is_null(i) {
-                            return None;
-                        }
-                        let row = labels.value(i);
-                        let l = linkage_for(&all, &row)?;
-                        all.iter().position(|x| x == l).map(|p| p as i64)
-                    })
+                    .map(|i| rule_of_row(&all, labels, i).map(|at| at as i64))
                     .collect();
                 Ok(ColumnarValue::Array(Arc::new(out)))
             }),
@@ -299,10 +345,13 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
             Volatility::Immutable,
             Arc::new(move |args: &[ColumnarValue]| {
                 let arrays = ColumnarValue::values_to_arrays(args)?;
-                let labels = lists(&arrays[0])?;
+                let labels = string_lists(&arrays[0])?;
                 let labels = labels.as_list::<i32>();
-                let (groups, names, attrs) =
-                    (texts(&arrays[1])?, texts(&arrays[2])?, texts(&arrays[3])?);
+                let (groups, names, attrs) = (
+                    strings(&arrays[1])?,
+                    strings(&arrays[2])?,
+                    strings(&arrays[3])?,
+                );
                 let (groups, names, attrs) = (
                     groups.as_string::<i32>(),
                     names.as_string::<i32>(),
@@ -310,16 +359,13 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
                 );
                 let mut out = ListBuilder::new(StringBuilder::new());
                 for i in 0..labels.len() {
-                    let row = (!labels.is_null(i)).then(|| labels.value(i));
-                    let rule = row.as_ref().and_then(|r| {
-                        let l = linkage_for(&all, r)?;
-                        Some((all.iter().position(|x| x == l)?, l))
-                    });
-                    if let (Some((at, l)), false, false) =
-                        (rule, groups.is_null(i), names.is_null(i))
-                    {
+                    if let (Some(at), false, false) = (
+                        rule_of_row(&all, labels, i),
+                        groups.is_null(i),
+                        names.is_null(i),
+                    ) {
                         let attributes = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
-                        for k in l.keys(names.value(i), &attributes) {
+                        for k in all[at].keys(names.value(i), &attributes) {
                             // Group and rule first: one join on the key
                             // keeps groups and rules apart.
                             out.values()
@@ -341,7 +387,7 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
             Volatility::Immutable,
             Arc::new(move |args: &[ColumnarValue]| {
                 let arrays = ColumnarValue::values_to_arrays(args)?;
-                let keys = texts(&arrays[0])?;
+                let keys = strings(&arrays[0])?;
                 let out: Int64Array = keys
                     .as_string::<i32>()
                     .iter()
@@ -360,75 +406,18 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
             }),
         )
     };
-    let score = {
-        let all = Arc::clone(&all);
-        create_udf(
-            "linkage_score",
-            vec![
-                list_of(DataType::Utf8),
-                DataType::Utf8,
-                DataType::Utf8,
-                DataType::Utf8,
-                DataType::Utf8,
-            ],
-            DataType::Float64,
-            Volatility::Immutable,
-            Arc::new(move |args: &[ColumnarValue]| {
-                let arrays = ColumnarValue::values_to_arrays(args)?;
-                let labels = lists(&arrays[0])?;
-                let labels = labels.as_list::<i32>();
-                let cols: Vec<ArrayRef> =
-                    arrays[1..].iter().map(texts).collect::<Result<_, _>>()?;
-                let s: Vec<_> = cols.iter().map(|c| c.as_string::<i32>()).collect();
-                let text = |c: usize, i: usize| s[c].is_valid(i).then(|| s[c].value(i));
-                let out: Float64Array = (0..labels.len())
-                    .map(|i| {
-                        if labels.is_null(i) {
-                            return None;
-                        }
-                        let l = linkage_for(&all, &labels.value(i))?;
-                        let (a, b) = (attributes_of(text(1, i)), attributes_of(text(3, i)));
-                        Some(l.score((text(0, i)?, &a), (text(2, i)?, &b)))
-                    })
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }),
-        )
-    };
-    let sure = {
-        let all = Arc::clone(&all);
-        create_udf(
-            "linkage_sure",
-            vec![list_of(DataType::Utf8), DataType::Float64],
-            DataType::Boolean,
-            Volatility::Immutable,
-            Arc::new(move |args: &[ColumnarValue]| {
-                let arrays = ColumnarValue::values_to_arrays(args)?;
-                let labels = lists(&arrays[0])?;
-                let labels = labels.as_list::<i32>();
-                let scores = arrow::compute::cast(&arrays[1], &DataType::Float64)?;
-                let scores = scores.as_primitive::<arrow::datatypes::Float64Type>();
-                let out: BooleanArray = (0..labels.len())
-                    .map(|i| {
-                        if labels.is_null(i) || scores.is_null(i) {
-                            return None;
-                        }
-                        let l = linkage_for(&all, &labels.value(i))?;
-                        let s = scores.value(i);
-                        if s >= l.threshold {
-                            Some(true)
-                        } else if s >= l.grey {
-                            Some(false)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }),
-        )
-    };
-    vec![of, keys, cap, score, sure, by_id]
+    vec![of, keys, cap, mentions_udf, node_udf, sure]
+}
+
+/// A pair's score, or None below the rule's grey band (the plan then drops
+/// the pair before it joins any text back).
+fn grey_or_above(
+    l: &Linkage,
+    a: (&str, &Map<String, Value>),
+    b: (&str, &Map<String, Value>),
+) -> Option<f64> {
+    let s = l.score(a, b);
+    (s >= l.grey).then_some(s)
 }
 
 /// Candidate pairs of the run's linked mentions against the committed
@@ -476,7 +465,7 @@ pub(super) async fn linkage_pairs(
                  kept AS (SELECT mention_id, target, linkage_score_mentions(mention_id, target) AS score \
                    FROM pairs WHERE linkage_score_mentions(mention_id, target) IS NOT NULL) \
                  SELECT kept.mention_id, kept.target, kept.score, CAST(1 AS BIGINT) AS n, s.name, s.labels, \
-                   identity_keys(s.type, s.attributes) AS ids, linkage_sure(mm.labels, kept.score) AS sure \
+                   identity_keys(s.type, s.attributes) AS ids, linkage_sure(kept.mention_id, kept.score) AS sure \
                  FROM kept JOIN {m} mm ON mm.mention_id = kept.mention_id \
                  JOIN {m} s ON s.mention_id = kept.target \
                  WHERE chains_compatible(mm.labels, s.labels)"
@@ -487,16 +476,16 @@ pub(super) async fn linkage_pairs(
                    GROUP BY k HAVING count(*) <= linkage_cap(k)), \
                  pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
                    FROM {PK} p JOIN small ON p.k = small.k JOIN {TK} t ON p.k = t.k), \
-                 c AS (SELECT pairs.mention_id, pairs.target, mm.labels AS ml, \
-                   linkage_score(mm.labels, mm.name, mm.attributes, s.name, s.attributes) AS score, \
+                 c AS (SELECT pairs.mention_id, pairs.target, \
+                   linkage_score_node(pairs.mention_id, s.name, s.attributes) AS score, \
                    s.name, s.labels, s.type, s.attributes \
                    FROM pairs JOIN {m} mm ON mm.mention_id = pairs.mention_id \
                    JOIN (SELECT short_id AS target, name, type, labels, attributes FROM {nodes}) s \
                      ON s.target = pairs.target \
                    WHERE chains_compatible(mm.labels, s.labels)) \
                  SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
-                   identity_keys(type, attributes) AS ids, linkage_sure(ml, score) AS sure \
-                 FROM c WHERE linkage_sure(ml, score) IS NOT NULL"
+                   identity_keys(type, attributes) AS ids, linkage_sure(mention_id, score) AS sure \
+                 FROM c WHERE score IS NOT NULL"
             )
         };
         let side = if is_mention {
