@@ -210,30 +210,6 @@ impl Loader {
         }
     }
 
-    fn check_type(&self, node_type: &str) -> std::result::Result<Vec<String>, String> {
-        if node_type == ENTITY_LABEL && self.ontology.strict {
-            return Err(format!(
-                "type `{ENTITY_LABEL}` is not allowed: ontology.strict requires a declared type"
-            ));
-        }
-        self.ontology.labels_for(node_type).ok_or_else(|| {
-            let known: Vec<&str> = self
-                .ontology
-                .entity_types
-                .keys()
-                .map(String::as_str)
-                .collect();
-            format!(
-                "unknown entity type `{node_type}` (declared: {})",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            )
-        })
-    }
-
     fn check_attributes(
         &self,
         node_type: &str,
@@ -276,7 +252,7 @@ impl Loader {
             return Err("node name is empty".into());
         }
         let node_type = node.node_type.unwrap_or_else(|| ENTITY_LABEL.to_string());
-        let labels = self.check_type(&node_type)?;
+        let labels = self.ontology.user_type_labels(&node_type)?;
         let attributes = self.check_attributes(&node_type, node.attributes)?;
         Ok(self.push_node(name, node_type, labels, attributes, node.summary))
     }
@@ -335,7 +311,8 @@ impl Loader {
         match node_type {
             Some(t) => {
                 let labels = self
-                    .check_type(t)
+                    .ontology
+                    .user_type_labels(t)
                     .map_err(|e| format!("fact {side}: {e}"))?;
                 if let Some(idx) = self.by_key.get(&(normalized, t.to_string())) {
                     return Ok(*idx);
@@ -352,7 +329,8 @@ impl Loader {
                 match types.len() {
                     0 => {
                         let labels = self
-                            .check_type(ENTITY_LABEL)
+                            .ontology
+                            .user_type_labels(ENTITY_LABEL)
                             .map_err(|e| format!("fact {side}: {e}"))?;
                         self.implicit_nodes += 1;
                         Ok(self.push_node(
@@ -397,7 +375,8 @@ impl Loader {
         // so a rejected fact leaves no stray node behind.
         for (side, t) in [("source", &fact.source_type), ("target", &fact.target_type)] {
             if let Some(t) = t {
-                self.check_type(t)
+                self.ontology
+                    .user_type_labels(t)
                     .map_err(|e| format!("fact {side}: {e}"))?;
             }
         }

@@ -17,7 +17,7 @@
 //!   each; the rest of the record loads;
 //! * values come from the record, so they are grounded by construction.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
@@ -575,25 +575,10 @@ impl Mapping {
 
 /// The chain of a type a record names, or why it cannot be used.
 fn entity_chain(ontology: &Ontology, type_name: &str) -> std::result::Result<Vec<String>, String> {
-    if type_name == ENTITY_LABEL {
-        if ontology.strict {
-            return Err(format!(
-                "type `{ENTITY_LABEL}` is not allowed: ontology.strict requires a declared type"
-            ));
-        }
-        return Ok(Vec::new());
-    }
-    ontology.entity_tree.chain(type_name).ok_or_else(|| {
-        format!(
-            "unknown entity type `{type_name}` (declared: {})",
-            ontology
-                .entity_types
-                .keys()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })
+    // Labels are `Entity` then the chain.
+    ontology
+        .user_type_labels(type_name)
+        .map(|labels| labels.into_iter().skip(1).collect())
 }
 
 /// A record value as a property of `kind` stores it: JSON values are taken
@@ -769,8 +754,6 @@ fn compile_entity(
             .properties
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<BTreeMap<_, _>>()
-            .into_iter()
             .collect(),
         optional: e.optional,
         each: e.each.clone(),

@@ -298,6 +298,28 @@ impl Ontology {
         &self.spec
     }
 
+    /// The labels of a type a user names (a `graphloom add` line, a
+    /// `[[mapping]]` rule), or why it cannot be used: `Entity` under
+    /// `ontology.strict`, or a type that is not declared.
+    pub fn user_type_labels(&self, entity_type: &str) -> std::result::Result<Vec<String>, String> {
+        if entity_type == ENTITY_LABEL && self.strict {
+            return Err(format!(
+                "type `{ENTITY_LABEL}` is not allowed: ontology.strict requires a declared type"
+            ));
+        }
+        self.labels_for(entity_type).ok_or_else(|| {
+            let known: Vec<&str> = self.entity_types.keys().map(String::as_str).collect();
+            format!(
+                "unknown entity type `{entity_type}` (declared: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
+
     /// Node labels for an entity type: `Entity` followed by the type's chain,
     /// root first. `None` for an undeclared type; `Entity` alone for the
     /// generic type.
