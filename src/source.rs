@@ -1336,7 +1336,7 @@ fn parquet_batch(
     row_base: usize,
     out: &mut FileOut,
 ) -> Result<(), String> {
-    let rows_json = if whole_row {
+    let mut rows_json = if whole_row {
         Some(rows_as_json(batch)?)
     } else {
         None
@@ -1363,7 +1363,7 @@ fn parquet_batch(
                 .filter(|s| !s.trim().is_empty())
                 .map(str::to_string)
         };
-        let row_json = rows_json.as_ref().map(|rows| rows[r].clone());
+        let row_json = rows_json.as_mut().map(|rows| std::mem::take(&mut rows[r]));
         let size: usize = RECORD_FIELDS
             .iter()
             .filter_map(|f| get(f).string(r))
