@@ -29,7 +29,7 @@ if ! scripts/local-llm.sh status >/dev/null 2>&1; then
   # Two threads: nothing else runs during the demo. Two slots: the
   # pipeline keeps two calls in flight, decoded together.
   scripts/local-llm.sh start --model "$model" --threads 2 --parallel 2
-  trap 'scripts/local-llm.sh stop' EXIT
+  trap 'scripts/local-llm.sh stop --chat' EXIT
 fi
 
 pipeline=pipelines/procurement.toml

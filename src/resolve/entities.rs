@@ -329,6 +329,8 @@ pub enum Kind {
     Linked,
     /// A `[[resolve.linkage]]` score in the rule's grey band.
     LinkGrey,
+    /// A nearest neighbour by name embedding (a proposal only).
+    Embedding,
 }
 
 /// One candidate pair from the joins.
@@ -356,11 +358,17 @@ pub struct Pair {
 /// the module docs. `nodes` names the committed nodes table (columns of
 /// `nodes`: short_id, group_id, name, name_normalized, type, labels,
 /// attributes); the UDFs of [`udfs`] must be registered on `ctx`.
+///
+/// With `resolve.embedding_candidates`, `vectors[i]` (the name vector of
+/// mention `i`, when there is one) adds the nearest neighbours of
+/// [`super::embedding`].
 pub async fn candidates(
     ctx: &SessionContext,
     nodes: &str,
     spec: &ResolveSpec,
     identity: &BTreeMap<String, Vec<String>>,
+    mentions: &[MentionKey],
+    vectors: &[Option<Arc<[f32]>>],
 ) -> Result<Vec<Pair>, DataFusionError> {
     let m = MENTIONS_TABLE;
     let node_side = format!(
@@ -509,6 +517,9 @@ pub async fn candidates(
     if !spec.linkage.is_empty() {
         super::linkage::linkage_pairs(ctx, nodes, &mut out).await?;
     }
+    if spec.embedding_candidates {
+        super::embedding::embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await?;
+    }
     // Partitions finish in any order; the rules see one order, so a
     // re-run decides the same way.
     out.sort_by(|a, b| {
@@ -529,6 +540,36 @@ pub(super) async fn materialize(
     materialize_inner(ctx, name, sql)
         .await
         .map_err(|e| e.context(format!("building the scratch table {name}")))
+}
+
+/// Registers `batch` as the in-memory table `name`, sliced over the
+/// session's partitions for parallel work.
+pub(super) fn register_partitioned(
+    ctx: &SessionContext,
+    name: &str,
+    batch: RecordBatch,
+) -> Result<(), DataFusionError> {
+    let parts = ctx.state().config().target_partitions().max(1);
+    let size = batch.num_rows().div_ceil(parts).max(1);
+    let mut partitions = Vec::new();
+    let mut offset = 0;
+    while offset < batch.num_rows() {
+        let len = size.min(batch.num_rows() - offset);
+        partitions.push(vec![batch.slice(offset, len)]);
+        offset += len;
+    }
+    if partitions.is_empty() {
+        partitions.push(vec![batch.clone()]);
+    }
+    let _ = ctx.deregister_table(name);
+    ctx.register_table(
+        name,
+        Arc::new(datafusion::datasource::MemTable::try_new(
+            batch.schema(),
+            partitions,
+        )?),
+    )?;
+    Ok(())
 }
 
 async fn materialize_inner(
@@ -895,8 +936,11 @@ impl Clusters {
     ///    node and no multi-word name joins the only cluster its word
     ///    starts; two or more (or one first word shared by several
     ///    committed nodes) leave it open.
+    /// 4. Embedding neighbours never link: a mention whose cluster still
+    ///    has no committed node and that is not open is left open with its
+    ///    neighbours as the options.
     pub fn apply(&mut self, pairs: &[Pair], spec: &ResolveSpec) -> Vec<Ambiguity> {
-        let mut counts = [0usize; 6];
+        let mut counts = [0usize; 7];
         for p in pairs {
             counts[p.kind as usize] += 1;
         }
@@ -907,6 +951,7 @@ impl Clusters {
             Kind::Partial,
             Kind::Linked,
             Kind::LinkGrey,
+            Kind::Embedding,
         ]
         .into_iter()
         .zip(counts)
@@ -1082,6 +1127,43 @@ impl Clusters {
                 }
             }
         }
+        // 4. Embedding neighbours are proposals for mentions no rule placed
+        // (no committed node in their cluster, not open already); a pair of
+        // two such mentions is asked about once.
+        let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
+        for (&m, list) in &by_mention {
+            if open.contains_key(&m) {
+                continue;
+            }
+            let root = self.find(m);
+            if self.committed[root].is_some() {
+                continue;
+            }
+            let mut options: Vec<Pair> = list
+                .iter()
+                .filter(|p| p.kind == Kind::Embedding)
+                .filter(|p| !matches!(p.target, Target::Mention(t) if asked.contains(&(t, m))))
+                .filter(|p| self.could_join(m, p))
+                .map(|p| (*p).clone())
+                .collect();
+            if options.is_empty() {
+                continue;
+            }
+            options.sort_by(|a, b| b.score.total_cmp(&a.score));
+            for p in &options {
+                if let Target::Mention(t) = p.target {
+                    asked.insert((m, t));
+                }
+            }
+            open.insert(
+                m,
+                Ambiguity {
+                    mention: m,
+                    options,
+                    reason: "only embedding neighbours",
+                },
+            );
+        }
         self.stats.ambiguous = open.len();
         open.into_values().collect()
     }
@@ -1168,10 +1250,14 @@ pub struct Resolved {
 /// Without this, the mention-to-mention joins grow with the square of the
 /// mentions of each entity (a company named in most of an archive's
 /// episodes).
+///
+/// `vectors` holds the name vector of each mention for embedding
+/// candidates (`resolve.embedding_candidates`); it may be empty.
 pub async fn resolve_entities(
     ctx: &SessionContext,
     nodes: &str,
     all_mentions: &[MentionKey],
+    vectors: &[Option<Arc<[f32]>>],
     spec: &ResolveSpec,
     identity: &BTreeMap<String, Vec<String>>,
 ) -> Result<(Clusters, Vec<Ambiguity>), DataFusionError> {
@@ -1213,7 +1299,15 @@ pub async fn resolve_entities(
     let _ = ctx.deregister_table(MENTIONS_TABLE);
     ctx.register_table(MENTIONS_TABLE, Arc::new(table))
         .map_err(|e| e.context("registering the run's mentions"))?;
-    let pairs = candidates(ctx, nodes, spec, identity).await?;
+    let distinct_vectors: Vec<Option<Arc<[f32]>>> = if vectors.is_empty() {
+        Vec::new()
+    } else {
+        first
+            .iter()
+            .map(|&i| vectors.get(i).cloned().flatten())
+            .collect()
+    };
+    let pairs = candidates(ctx, nodes, spec, identity, mentions, &distinct_vectors).await?;
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
     let multiword = mentions
         .iter()

@@ -4,6 +4,8 @@
 //! * [`entities`] finds candidates with DataFusion joins (folded names,
 //!   identity properties, MinHash/LSH band keys, partial names) and turns
 //!   them into clusters under the merge rules;
+//! * [`embedding`] proposes the nearest neighbours by name vector (LSH
+//!   over random-hyperplane signatures) for references no name rule finds;
 //! * [`linkage`] matches types with `[[resolve.linkage]]` rules by
 //!   blocking keys and weighted field comparisons;
 //! * [`judge`] asks the LLM, in batches, about what the rules leave open
@@ -15,6 +17,7 @@
 //! The name normalisation, shingles and MinHash/LSH band keys they share
 //! live in [`crate::text`] (re-exported here).
 
+pub mod embedding;
 pub mod entities;
 pub mod facts;
 pub mod judge;

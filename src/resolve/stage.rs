@@ -146,7 +146,7 @@ pub async fn resolve_run(
         out.failures
             .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
-    if rs.embeddings {
+    if rs.embeddings || rs.embedding_candidates {
         let fails = embed(cx.client, &mut nodes, &mut edges, cx.run_id, cx.now).await;
         out.failures.extend(fails);
     }
@@ -188,7 +188,12 @@ async fn cluster_mentions(
         .map(|t| (t.name.clone(), identity_names(t)))
         .collect();
     let rs = cx.spec;
-    let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, rs, &identity)
+    let vectors = if rs.embedding_candidates {
+        mention_vectors(cx, &keys, out).await
+    } else {
+        Vec::new()
+    };
+    let (mut clusters, open) = resolve_entities(cx.ctx, "nodes", &keys, &vectors, rs, &identity)
         .await
         .map_err(step("entity resolution"))?;
     out.ambiguous = open.len();
@@ -227,6 +232,47 @@ async fn cluster_mentions(
             .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
     Ok(clusters.finish())
+}
+
+/// Name vectors of the mentions for embedding candidates, one call per 64
+/// distinct names (the node names embedded after resolution are mostly
+/// the same texts, so they come from the response cache). When the
+/// embeddings endpoint fails, the run resolves without these candidates
+/// and says so in `failures`.
+async fn mention_vectors(
+    cx: &StageContext<'_>,
+    keys: &[MentionKey],
+    out: &mut StageOutput,
+) -> Vec<Option<Arc<[f32]>>> {
+    let names: Vec<String> = keys
+        .iter()
+        .map(|k| k.name.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    match cx.client.embed(Stage::EmbedNames, &names).await {
+        Ok(vectors) => {
+            let by_name: HashMap<&str, Arc<[f32]>> = names
+                .iter()
+                .map(String::as_str)
+                .zip(vectors.into_iter().map(Arc::from))
+                .collect();
+            keys.iter()
+                .map(|k| by_name.get(k.name.as_str()).cloned())
+                .collect()
+        }
+        Err(e) => {
+            let failure = JudgeFailure {
+                stage: Stage::EmbedNames,
+                item: format!("{} names", names.len()),
+                reason: format!(
+                    "embedding call failed, resolved without embedding candidates: {e}"
+                ),
+            };
+            out.failures.push(failure.to_row(cx.run_id, cx.now));
+            Vec::new()
+        }
+    }
 }
 
 /// One draft node per cluster (with its chain), built from its mentions;

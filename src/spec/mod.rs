@@ -269,6 +269,11 @@ pub struct LlmSpec {
     pub price_per_1m_completion_tokens: Option<f64>,
     /// Model for `/embeddings`; default: `model`.
     pub embedding_model: Option<String>,
+    /// Endpoint for `/embeddings` when another server (or, on Azure,
+    /// another deployment) serves them; default: `base_url`. llama-server
+    /// serves one model, so the local embedding model runs as a second
+    /// server (`scripts/local-llm.sh start --model nomic-embed`, port 8094).
+    pub embedding_base_url: Option<String>,
     /// Extra fields merged into every chat request body, e.g.
     /// `{ cache_prompt = false }` for llama.cpp, `{ seed = 7 }`.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
@@ -324,6 +329,7 @@ impl Default for LlmSpec {
             price_per_1m_prompt_tokens: None,
             price_per_1m_completion_tokens: None,
             embedding_model: None,
+            embedding_base_url: None,
             extra_body: serde_json::Map::new(),
         }
     }
@@ -336,6 +342,7 @@ impl std::fmt::Debug for LlmSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmSpec")
             .field("base_url", &self.base_url)
+            .field("embedding_base_url", &self.embedding_base_url)
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
             .field("api_style", &self.api_style)
@@ -486,6 +493,15 @@ impl PipelineSpec {
         }
         if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
             return bad("llm.base_url", "must be an http:// or https:// URL");
+        }
+        if let Some(url) = &llm.embedding_base_url
+            && !url.starts_with("http://")
+            && !url.starts_with("https://")
+        {
+            return bad(
+                "llm.embedding_base_url",
+                "must be an http:// or https:// URL",
+            );
         }
         None
     }

@@ -86,6 +86,25 @@ pub struct ResolveSpec {
     pub summary_batch_size: usize,
     /// Embed node names and facts through the embeddings endpoint.
     pub embeddings: bool,
+    /// Propose the nearest neighbours by name embedding as candidates, for
+    /// references no name rule finds ("our MSA" for "Master Services
+    /// Agreement"). They never merge on their own: a mention that no other
+    /// rule placed and that has neighbours goes to adjudication with them
+    /// as options. Turns on `embeddings` (nodes keep their name vectors).
+    pub embedding_candidates: bool,
+    /// Cosine similarity at or above which a neighbour is proposed.
+    pub embedding_min_similarity: f64,
+    /// Neighbours proposed per mention, the most similar first.
+    pub embedding_top_k: usize,
+    /// Random-hyperplane LSH bands over the name vectors; a pair is
+    /// compared when its vectors agree on every bit of at least one band.
+    pub embedding_bands: usize,
+    /// Bits (hyperplanes) per band: more bits, smaller buckets, fewer
+    /// candidates at low similarity.
+    pub embedding_band_bits: usize,
+    /// Buckets holding more node vectors than this are skipped (like
+    /// `lsh_max_bucket`); other bands still find close pairs.
+    pub embedding_max_bucket: usize,
     /// Record-linkage rules for types whose mentions carry fields to
     /// compare (records mapped from CRM or HR tables): blocking keys find
     /// candidates, weighted field comparisons score them. A type with a
@@ -319,6 +338,12 @@ impl Default for ResolveSpec {
             summaries: false,
             summary_batch_size: 10,
             embeddings: false,
+            embedding_candidates: false,
+            embedding_min_similarity: 0.5,
+            embedding_top_k: 3,
+            embedding_bands: 32,
+            embedding_band_bits: 8,
+            embedding_max_bucket: 2000,
             linkage: Vec::new(),
         }
     }
@@ -347,6 +372,27 @@ impl ResolveSpec {
             self.duplicate_fact_similarity,
             &mut out,
         );
+        if !(-1.0..=1.0).contains(&self.embedding_min_similarity) {
+            out.push((
+                "resolve.embedding_min_similarity".into(),
+                format!(
+                    "is a cosine similarity, between -1 and 1; got {}",
+                    self.embedding_min_similarity
+                ),
+            ));
+        }
+        if !(1..=32).contains(&self.embedding_band_bits) {
+            out.push((
+                "resolve.embedding_band_bits".into(),
+                format!("must be between 1 and 32, got {}", self.embedding_band_bits),
+            ));
+        }
+        if self.embedding_max_bucket < 2 {
+            out.push((
+                "resolve.embedding_max_bucket".into(),
+                format!("must be at least 2, got {}", self.embedding_max_bucket),
+            ));
+        }
         if self.lsh_max_bucket < 2 {
             out.push((
                 "resolve.lsh_max_bucket".into(),
@@ -372,6 +418,8 @@ impl ResolveSpec {
             ("max_candidates", self.max_candidates),
             ("contradiction_batch_size", self.contradiction_batch_size),
             ("summary_batch_size", self.summary_batch_size),
+            ("embedding_top_k", self.embedding_top_k),
+            ("embedding_bands", self.embedding_bands),
         ] {
             if v == 0 || v > 64 {
                 out.push((

@@ -10,6 +10,7 @@ mod bench;
 mod common;
 mod convergence;
 mod corpus_resolution;
+mod embedding_candidates;
 mod fuzz;
 mod interop;
 mod llm_client;

@@ -47,7 +47,7 @@ async fn resolve(
         ("PurchaseOrder".to_string(), vec!["po_number".to_string()]),
     ]
     .into();
-    let (clusters, open) = resolve_entities(&ctx, "nodes", mentions, spec, &identity)
+    let (clusters, open) = resolve_entities(&ctx, "nodes", mentions, &[], spec, &identity)
         .await
         .expect("resolution runs");
     (clusters.finish(), open)

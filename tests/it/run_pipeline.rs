@@ -34,6 +34,8 @@ fn entities_for(text: &str) -> Value {
                {"name": "D. Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "Dana@Northwind.test"}]}])
     } else if text.contains("Brightline Sys. invoiced") {
         json!([{"name": "Brightline Systemz", "type": "Company", "attributes": []}])
+    } else if text.contains("The laptop deal closed") {
+        json!([{"name": "Laptop deal", "type": "Contract", "attributes": []}])
     } else if text.contains("Order number PO-1 from the spring") {
         json!([{"name": "Spring order", "type": "Contract", "attributes": []}])
     } else if text.contains("Priya Raman works full time for Acme Corp") {
@@ -69,6 +71,7 @@ fn facts_for(text: &str) -> Value {
         json!([{"source": "Dana Whitcombe", "target": "D. Whitcombe", "relation_type": "REPORTS_TO", "fact": "Dana Whitcombe reports to D. Whitcombe.", "valid_at": null, "invalid_at": null}])
     } else if text.contains("Brightline System shipped")
         || text.contains("Brightline Sys. invoiced")
+        || text.contains("The laptop deal closed")
     {
         json!([])
     } else if text.contains("Priya Raman works full time for Acme Corp") {
@@ -908,6 +911,105 @@ async fn summaries_and_embeddings_are_added_when_asked_for() {
     let f = fixture(|_| {}).await;
     run(&f).await;
     assert!(stage_calls(&f.server, "You summarise entities").is_empty());
+}
+
+const LAPTOP_DEAL: &str = "{\"id\": \"e11\", \"content\": \"The laptop deal closed.\", \"kind\": \"message\", \"reference_time\": \"2025-04-02T10:00:00Z\"}\n";
+
+/// Embedding candidates set so that every compatible name is a neighbour
+/// (the test server's vectors are hashes of the text, with no meaning).
+fn every_name_a_neighbour(spec: &mut PipelineSpec) {
+    spec.resolve.embedding_candidates = true;
+    spec.resolve.embedding_min_similarity = -1.0;
+    spec.resolve.embedding_band_bits = 1;
+}
+
+async fn contracts(store: &GraphStore) -> Vec<Value> {
+    query(
+        store,
+        "SELECT name, cardinality(episode_ids) AS episodes FROM nodes WHERE has_label(labels, 'Contract') ORDER BY name",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_no_rule_finds_is_adjudicated_against_its_embedding_neighbours() {
+    let f = fixture(every_name_a_neighbour).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(LAPTOP_DEAL);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    // The scripted judge takes the first option: the deal joins a contract.
+    let asked = stage_calls(&f.server, "You resolve entity mentions");
+    assert_eq!(asked.len(), 1, "one batched call");
+    assert!(
+        asked[0].body.to_string().contains("Laptop deal"),
+        "{:?}",
+        asked[0].body
+    );
+    assert!(report.adjudicated_merges >= 1, "{report:?}");
+    let rows = contracts(&f.store).await;
+    assert!(
+        rows.iter().all(|r| r["name"] != "Laptop deal"),
+        "merged into a neighbour: {rows:?}"
+    );
+    // Mention names are embedded in one call before resolution; the node
+    // names after it are the same texts, read from the response cache.
+    let embeddings = f
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/embeddings"))
+        .count();
+    assert_eq!(embeddings, 2, "names once, facts once");
+    let embedded = query(
+        &f.store,
+        "SELECT count(*) AS n FROM nodes WHERE name_embedding IS NULL",
+    )
+    .await;
+    assert_eq!(embedded[0]["n"], 0, "nodes keep their name vectors");
+
+    // Without embedding candidates nothing is asked and the deal stays
+    // a node of its own.
+    let f = fixture(|_| {}).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(LAPTOP_DEAL);
+    std::fs::write(&f.source_file, text).expect("write");
+    run(&f).await;
+    assert!(stage_calls(&f.server, "You resolve entity mentions").is_empty());
+    let rows = contracts(&f.store).await;
+    assert!(rows.iter().any(|r| r["name"] == "Laptop deal"), "{rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_embeddings_endpoint_that_fails_leaves_a_failure_row_and_the_run_resolves_without_it() {
+    let f = fixture(|spec| {
+        every_name_a_neighbour(spec);
+        // Nothing listens on port 9 of 127.0.0.1 (discard; unprivileged
+        // test machines run no service there).
+        spec.llm.embedding_base_url = Some("http://127.0.0.1:9/v1".into());
+    })
+    .await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(LAPTOP_DEAL);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert!(report.nodes_added > 0, "{report:?}");
+    let failures = query(
+        &f.store,
+        "SELECT stage, reason FROM failures WHERE stage LIKE 'embed%' ORDER BY stage",
+    )
+    .await;
+    assert!(
+        failures.iter().any(|r| r["stage"] == "embed_names"
+            && r["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("resolved without embedding candidates")),
+        "{failures:?}"
+    );
+    assert!(stage_calls(&f.server, "You resolve entity mentions").is_empty());
+    let rows = contracts(&f.store).await;
+    assert!(rows.iter().any(|r| r["name"] == "Laptop deal"), "{rows:?}");
 }
 
 /// The graph's content without ids and timestamps, for comparing graphs
