@@ -250,6 +250,47 @@ enum BenchCommand {
         #[arg(long, default_value_t = 1_000)]
         reply_chars: usize,
     },
+    /// Embedding candidates over synthetic name vectors: nearest committed
+    /// nodes (and mentions) by random-hyperplane LSH; print time, peak
+    /// memory, proposals and the recall of the true node among them.
+    /// Build with --release for figures.
+    Neighbours {
+        /// Mentions probing.
+        #[arg(long, default_value_t = 100_000)]
+        mentions: usize,
+        /// Committed nodes with a name vector.
+        #[arg(long, default_value_t = 1_000_000)]
+        nodes: usize,
+        /// Vector dimensions (768 for nomic-embed-text-v1.5).
+        #[arg(long, default_value_t = 768)]
+        dims: usize,
+        /// Cosine of a mention of an existing node to its node's vector.
+        #[arg(long, default_value_t = 0.8)]
+        similarity: f64,
+        /// Share of mentions that are of an existing node, 0..1.
+        #[arg(long, default_value_t = 0.5)]
+        existing_share: f64,
+        /// Generator seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Where the nodes are written as Parquet (reused for the same
+        /// seed, size and dimensions). Default: under the temp dir.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// LSH bands (resolve.embedding_bands).
+        #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().embedding_bands)]
+        bands: usize,
+        /// Bits per band (resolve.embedding_band_bits); default: chosen from
+        /// the nodes per root type.
+        #[arg(long)]
+        band_bits: Option<usize>,
+        /// Largest bucket used (resolve.embedding_max_bucket).
+        #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().embedding_max_bucket)]
+        max_bucket: usize,
+        /// Proposal threshold (resolve.embedding_min_similarity).
+        #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().embedding_min_similarity)]
+        min_similarity: f64,
+    },
     /// Resolve synthetic mentions against synthetic committed nodes with
     /// known duplicates; print time, peak memory, candidate counts and the
     /// precision/recall of the merges. Build with --release for figures.
@@ -800,6 +841,54 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
             let report = graphloom::bench::run_llm_bench(settings)
                 .await
                 .map_err(|e| graphloom::llm::LlmError::Setup(e.to_string()))?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Neighbours {
+            mentions,
+            nodes,
+            dims,
+            similarity,
+            existing_share,
+            seed,
+            dir,
+            bands,
+            band_bits,
+            max_bucket,
+            min_similarity,
+        } => {
+            let spec = graphloom::resolve::ResolveSpec {
+                embedding_candidates: true,
+                embedding_bands: bands,
+                embedding_band_bits: band_bits,
+                embedding_max_bucket: max_bucket,
+                embedding_min_similarity: min_similarity,
+                ..Default::default()
+            };
+            if let Some((key, msg)) = spec.problems().into_iter().next() {
+                let flag = key.replace("resolve.embedding_", "--").replace('_', "-");
+                eprintln!("error: {flag} {msg}");
+                return Ok(ExitCode::from(2));
+            }
+            if dims == 0 || !(0.0..=1.0).contains(&similarity) {
+                eprintln!("error: --dims must be positive and --similarity between 0 and 1");
+                return Ok(ExitCode::from(2));
+            }
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir()
+                    .join(format!("graphloom-bench-neighbours-{nodes}-{dims}-{seed}"))
+            });
+            let settings = graphloom::bench::neighbours::NeighboursBench {
+                mentions,
+                nodes,
+                dims,
+                similarity,
+                existing_share: existing_share.clamp(0.0, 1.0),
+                seed,
+                dir,
+                spec,
+            };
+            let report = graphloom::bench::neighbours::run_neighbours_bench(settings).await?;
             out!("{report}");
             Ok(ExitCode::SUCCESS)
         }

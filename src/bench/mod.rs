@@ -3,11 +3,13 @@
 //! faithful test server and reports how close to each limit it ran;
 //! `bench resolve` ([`resolution`]) runs entity resolution over synthetic
 //! mentions and nodes with known duplicates; `bench add` ([`add`]) loads
-//! synthetic nodes and facts; `bench run` ([`pipeline`]) runs the whole
+//! synthetic nodes and facts; `bench neighbours` ([`neighbours`]) finds
+//! embedding candidates over synthetic name vectors; `bench run` ([`pipeline`]) runs the whole
 //! pipeline over a synthetic archive against the test server, then
 //! replays it from the response cache.
 
 pub mod add;
+pub mod neighbours;
 pub mod pipeline;
 pub mod resolution;
 

@@ -12,13 +12,16 @@
 //! 2. Each band of `band_bits` bits, with the root type of the chain,
 //!    hashes to a band key: two names are compared when they agree on a
 //!    whole band and have the same root type.
-//! 3. The committed side is scanned twice: once for the number of nodes
-//!    behind each band key the run's mentions have (keys with more than
-//!    `max_bucket` are skipped), once for the pairs. Their similarity is
+//! 3. The committed vectors are read once and hashed into an in-memory
+//!    table of signatures (about 60 bytes a node). From it come the number
+//!    of nodes behind each band key the run's mentions have (keys with
+//!    more than `max_bucket` are skipped) and the pairs. Their similarity is
 //!    estimated from the signatures, cos(π · differing bits / all bits)
-//!    (±0.06 at 256 bits), so no vector is fetched twice.
-//! 4. Pairs at or above `min_similarity` are kept, the `top_k` most similar
-//!    per mention.
+//!    (about ±0.05 at 256 bits), which shortlists a few pairs per mention
+//!    without carrying vectors through the joins.
+//! 4. The shortlisted nodes' vectors are read once (a semi-join on
+//!    `short_id`); the exact cosine keeps pairs at or above
+//!    `min_similarity`, the `top_k` most similar per mention.
 //!
 //! The pairs are proposals: [`super::entities::Clusters::apply`] never
 //! merges on them alone; they become adjudication options for mentions no
@@ -28,8 +31,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryBuilder, Float64Array, Int64Builder, ListBuilder, RecordBatch,
-    StringBuilder,
+    Array, ArrayRef, AsArray, BinaryBuilder, Float64Array, Int64Array, Int64Builder, ListBuilder,
+    RecordBatch, StringBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::DataFusionError;
@@ -37,15 +40,28 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 use datafusion::prelude::SessionContext;
 
 use super::ResolveSpec;
-use super::entities::{
-    Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, list_of, string_lists,
-};
+use super::entities::{Kind, MENTIONS_TABLE, MentionKey, Pair, Target, list_of, string_lists};
 
 /// Name of the table of the probing mentions' band keys.
 const PROBES_TABLE: &str = "resolve_embedding_probes";
 
-/// The random hyperplanes for `planes` signature bits over `dims` dimensions,
-/// row-major, drawn once per shape and shared.
+/// Name of the table of the committed nodes' signatures.
+const SIGNED_NODES_TABLE: &str = "resolve_embedding_nodes";
+
+/// Name of the table of shortlisted node ids.
+const SHORTLIST_TABLE: &str = "resolve_embedding_shortlist";
+
+/// How far under `embedding_min_similarity` a signature estimate may be
+/// and still be checked exactly (the estimate's standard deviation is
+/// about 0.05 at 256 bits).
+const SHORTLIST_SLACK: f64 = 0.15;
+
+/// Shortlisted pairs per mention and side, as a multiple of `top_k`.
+const SHORTLIST_FACTOR: usize = 3;
+
+/// The random hyperplanes for `planes` signature bits over `dims`
+/// dimensions, dimension-major (entry `d · planes + j` is coordinate `d` of
+/// plane `j`), drawn once per shape and shared.
 fn hyperplanes(planes: usize, dims: usize) -> Arc<Vec<f32>> {
     /// Planes by (count, dimensions).
     type Planes = HashMap<(usize, usize), Arc<Vec<f32>>>;
@@ -83,18 +99,37 @@ fn hyperplanes(planes: usize, dims: usize) -> Arc<Vec<f32>> {
 /// The signature of a vector: `bits` sign bits, packed little-endian.
 /// `None` for an empty, zero or non-finite vector (it has no direction).
 pub fn signature(v: &[f32], bits: usize) -> Option<Vec<u8>> {
-    if v.is_empty() || !v.iter().all(|x| x.is_finite()) || v.iter().all(|&x| x == 0.0) {
-        return None;
-    }
-    let planes = hyperplanes(bits, v.len());
-    let mut out = vec![0u8; bits.div_ceil(8)];
-    for (j, plane) in planes.chunks_exact(v.len()).enumerate() {
-        let dot: f32 = plane.iter().zip(v).map(|(p, x)| p * x).sum();
-        if dot >= 0.0 {
-            out[j / 8] |= 1 << (j % 8);
-        }
-    }
-    Some(out)
+    signatures(&[v], bits).pop().flatten()
+}
+
+/// [`signature`] of many vectors (one column of a batch).
+pub fn signatures(vectors: &[&[f32]], bits: usize) -> Vec<Option<Vec<u8>>> {
+    let mut dots = vec![0f32; bits];
+    vectors
+        .iter()
+        .map(|v| {
+            if v.is_empty() || !v.iter().all(|x| x.is_finite()) || v.iter().all(|&x| x == 0.0) {
+                return None;
+            }
+            let planes = hyperplanes(bits, v.len());
+            // Dimension by dimension (the planes are stored
+            // dimension-major): a broadcast multiply-add over all planes,
+            // which vectorises, instead of one reduction per plane.
+            dots.fill(0.0);
+            for (row, &x) in planes.chunks_exact(bits).zip(v.iter()) {
+                for (d, p) in dots.iter_mut().zip(row) {
+                    *d += p * x;
+                }
+            }
+            let mut sig = vec![0u8; bits.div_ceil(8)];
+            for (j, dot) in dots.iter().enumerate() {
+                if *dot >= 0.0 {
+                    sig[j / 8] |= 1 << (j % 8);
+                }
+            }
+            Some(sig)
+        })
+        .collect()
 }
 
 /// Cosine similarity estimated from two signatures of equal length.
@@ -131,9 +166,9 @@ pub fn band_keys(sig: &[u8], root: &str, bands: usize, band_bits: usize) -> Vec<
 }
 
 /// The UDFs the plans use: `embedding_signature(vector)`,
-/// `embedding_bands(signature, labels)` and `signature_cosine(a, b)`.
-pub fn udfs(spec: &ResolveSpec) -> Vec<ScalarUDF> {
-    let (bands, band_bits) = (spec.embedding_bands, spec.embedding_band_bits);
+/// `embedding_bands(signature, labels)` and `signature_cosine(a, b)`, for
+/// `bands` bands of `band_bits` bits.
+pub fn udfs(bands: usize, band_bits: usize) -> Vec<ScalarUDF> {
     let bits = bands * band_bits;
     let sign = create_udf(
         "embedding_signature",
@@ -142,17 +177,24 @@ pub fn udfs(spec: &ResolveSpec) -> Vec<ScalarUDF> {
         Volatility::Immutable,
         Arc::new(move |args: &[ColumnarValue]| {
             let arrays = ColumnarValue::values_to_arrays(args)?;
-            let vectors = arrow::compute::cast(&arrays[0], &list_of(DataType::Float32))?;
+            let vectors = float_lists(&arrays[0])?;
             let vectors = vectors.as_list::<i32>();
+            let values = vectors
+                .values()
+                .as_primitive::<arrow::datatypes::Float32Type>();
+            let offsets = vectors.value_offsets();
+            let slices: Vec<&[f32]> = (0..vectors.len())
+                .map(|i| {
+                    if vectors.is_null(i) {
+                        &[][..]
+                    } else {
+                        let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+                        &values.values()[a..b]
+                    }
+                })
+                .collect();
             let mut out = BinaryBuilder::new();
-            for i in 0..vectors.len() {
-                let sig = if vectors.is_null(i) {
-                    None
-                } else {
-                    let v = vectors.value(i);
-                    let v = v.as_primitive::<arrow::datatypes::Float32Type>();
-                    signature(v.values(), bits)
-                };
+            for sig in signatures(&slices, bits) {
                 out.append_option(sig);
             }
             Ok(ColumnarValue::Array(Arc::new(out.finish())))
@@ -202,6 +244,16 @@ pub fn udfs(spec: &ResolveSpec) -> Vec<ScalarUDF> {
     vec![sign, band, cosine]
 }
 
+/// A vector column as `List<Float32>`: as it is when it already is one
+/// (whatever its item field is called; a cast would copy every number),
+/// cast otherwise (large or fixed-size lists, other float widths).
+fn float_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
+    match array.data_type() {
+        DataType::List(f) if f.data_type() == &DataType::Float32 => Ok(Arc::clone(array)),
+        _ => Ok(arrow::compute::cast(array, &list_of(DataType::Float32))?),
+    }
+}
+
 /// The root type of row `i` of a labels list ("" when untyped).
 fn root_of(labels: &arrow::array::ListArray, i: usize) -> String {
     if labels.is_null(i) {
@@ -231,15 +283,22 @@ fn probes_schema() -> SchemaRef {
 fn probe_batch(
     mentions: &[MentionKey],
     vectors: &[Option<Arc<[f32]>>],
-    spec: &ResolveSpec,
+    bands: usize,
+    band_bits: usize,
 ) -> Result<RecordBatch, DataFusionError> {
     use rayon::prelude::*;
-    let (bands, band_bits) = (spec.embedding_bands, spec.embedding_band_bits);
     // Hashing is the CPU-heavy part (a dot product per signature bit).
     let signed: Vec<(usize, Vec<u8>)> = vectors
-        .par_iter()
+        .par_chunks(1024)
         .enumerate()
-        .filter_map(|(i, v)| Some((i, signature(v.as_deref()?, bands * band_bits)?)))
+        .flat_map_iter(|(c, chunk)| {
+            let slices: Vec<&[f32]> = chunk.iter().map(|v| v.as_deref().unwrap_or(&[])).collect();
+            signatures(&slices, bands * band_bits)
+                .into_iter()
+                .enumerate()
+                .filter_map(move |(i, s)| Some((c * 1024 + i, s?)))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let mut ids = Int64Builder::new();
     let mut groups = StringBuilder::new();
@@ -271,10 +330,46 @@ fn probe_batch(
     Ok(RecordBatch::try_new(probes_schema(), columns)?)
 }
 
+/// The embedding candidates of `mentions` alone (no name rules), for
+/// callers that want the neighbours themselves: `vectors[i]` is the name
+/// vector of `mentions[i]`, `nodes` a registered table with the columns
+/// of `nodes` (`name_embedding` included). Pairs come as
+/// [`Kind::Embedding`], at most `embedding_top_k` per mention and target
+/// side, best first.
+pub async fn neighbours(
+    ctx: &SessionContext,
+    nodes: &str,
+    mentions: &[MentionKey],
+    vectors: &[Option<Arc<[f32]>>],
+    spec: &ResolveSpec,
+) -> Result<Vec<Pair>, DataFusionError> {
+    for f in super::entities::udfs(spec, &std::collections::BTreeMap::new()) {
+        ctx.register_udf(f);
+    }
+    let linkages: Vec<super::linkage::Linkage> = spec
+        .linkage
+        .iter()
+        .map(super::linkage::Linkage::new)
+        .collect();
+    for f in super::linkage::udfs(&linkages, mentions) {
+        ctx.register_udf(f);
+    }
+    let partitions = ctx.state().config().target_partitions();
+    let table = super::entities::mentions_batches(mentions, partitions).and_then(|b| {
+        datafusion::datasource::MemTable::try_new(super::entities::mentions_schema(), b)
+    })?;
+    let _ = ctx.deregister_table(MENTIONS_TABLE);
+    ctx.register_table(MENTIONS_TABLE, Arc::new(table))?;
+    let mut out = Vec::new();
+    let result = embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await;
+    let _ = ctx.deregister_table(MENTIONS_TABLE);
+    result.map(|()| out)
+}
+
 /// Embedding candidates of the mentions that have a vector, against the
 /// committed `nodes` (their `name_embedding`) and against each other, in
 /// both directions (the rules read a pair from the mention's side). The
-/// mentions table and the resolution UDFs must be registered on `ctx`.
+/// resolution UDFs must be registered on `ctx`.
 pub(super) async fn embedding_pairs(
     ctx: &SessionContext,
     nodes: &str,
@@ -286,68 +381,69 @@ pub(super) async fn embedding_pairs(
     if vectors.iter().all(Option::is_none) {
         return Ok(());
     }
-    for f in udfs(spec) {
+    let started = std::time::Instant::now();
+    let bands = spec.embedding_bands;
+    let band_bits = match spec.embedding_band_bits {
+        Some(bits) => bits,
+        None => auto_band_bits(ctx, nodes).await?,
+    };
+    for f in udfs(bands, band_bits) {
         ctx.register_udf(f);
     }
-    let started = std::time::Instant::now();
-    let batch = probe_batch(mentions, vectors, spec)
+    let batch = probe_batch(mentions, vectors, bands, band_bits)
         .map_err(|e| e.context("the probing mentions' band keys"))?;
     let probes = batch.num_rows();
     super::entities::register_partitioned(ctx, PROBES_TABLE, batch)
         .map_err(|e| e.context("registering the probing mentions' band keys"))?;
-    let p = PROBES_TABLE;
-    let m = MENTIONS_TABLE;
     let max_bucket = spec.embedding_max_bucket;
-    let min = spec.embedding_min_similarity;
+    let min = spec.embedding_min_similarity - SHORTLIST_SLACK;
     // Linked types are matched by their record-linkage rules alone.
-    let (unlinked, unlinked_target) = if spec.linkage.is_empty() {
-        ("", "")
+    let p = if spec.linkage.is_empty() {
+        format!("(SELECT * FROM {PROBES_TABLE})")
     } else {
-        (
-            "AND linkage_of(p.labels) IS NULL",
-            "AND linkage_of(q.labels) IS NULL",
-        )
+        format!("(SELECT * FROM {PROBES_TABLE} WHERE linkage_of(labels) IS NULL)")
     };
-    let node_keys = format!(
-        "SELECT short_id AS target, group_id, name, type, labels, attributes, sig, \
-           unnest(embedding_bands(sig, labels)) AS k \
-         FROM (SELECT short_id, group_id, name, type, labels, attributes, \
-           embedding_signature(name_embedding) AS sig FROM {nodes} WHERE name_embedding IS NOT NULL) \
-         WHERE sig IS NOT NULL"
+    // Only ids and signatures go through the joins: names, labels and
+    // vectors are read for the shortlist alone. The committed vectors are
+    // hashed once, into a table both plans below read.
+    let step = std::time::Instant::now();
+    sign_nodes(ctx, nodes).await?;
+    tracing::debug!(
+        "signatures of {nodes}' name vectors in {:.2} s",
+        step.elapsed().as_secs_f64()
     );
-    let top = |pairs: &str| {
+    let node_keys = format!(
+        "SELECT target, group_id, sig, unnest(embedding_bands(sig, labels)) AS k FROM {SIGNED_NODES_TABLE}"
+    );
+    let best = |pairs: &str| {
         format!(
-            "SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
-               identity_keys(type, attributes) AS ids \
-             FROM (SELECT *, row_number() OVER (PARTITION BY mention_id ORDER BY score DESC, target) AS r \
-               FROM (SELECT mention_id, target, max(score) AS score, first_value(name) AS name, \
-                 first_value(type) AS type, first_value(labels) AS labels, first_value(attributes) AS attributes \
-                 FROM ({pairs}) GROUP BY mention_id, target)) \
+            "SELECT mention_id, target, score FROM \
+               (SELECT mention_id, target, score, \
+                  row_number() OVER (PARTITION BY mention_id ORDER BY score DESC, target) AS r \
+                FROM (SELECT mention_id, target, max(score) AS score FROM ({pairs}) \
+                  GROUP BY mention_id, target)) \
              WHERE r <= {k}",
-            k = spec.embedding_top_k
+            k = spec.embedding_top_k * SHORTLIST_FACTOR
         )
     };
-    let against_nodes = top(&format!(
+    let against_nodes = best(&format!(
         "WITH t AS ({node_keys}), \
-           crowded AS (SELECT group_id, k FROM t WHERE k IN (SELECT k FROM {p}) \
+           crowded AS (SELECT group_id, k FROM t WHERE k IN (SELECT k FROM {PROBES_TABLE}) \
              GROUP BY group_id, k HAVING count(*) > {max_bucket}) \
-         SELECT p.mention_id, t.target, signature_cosine(p.sig, t.sig) AS score, \
-           t.name, t.type, t.labels, t.attributes \
+         SELECT p.mention_id, t.target, signature_cosine(p.sig, t.sig) AS score \
          FROM {p} p JOIN t ON p.group_id = t.group_id AND p.k = t.k \
          LEFT ANTI JOIN crowded c ON t.group_id = c.group_id AND t.k = c.k \
-         WHERE chains_compatible(p.labels, t.labels) AND signature_cosine(p.sig, t.sig) >= {min} {unlinked}"
+         WHERE signature_cosine(p.sig, t.sig) >= {min}"
     ));
-    let among_mentions = top(&format!(
-        "WITH crowded AS (SELECT group_id, k FROM {p} GROUP BY group_id, k HAVING count(*) > {max_bucket}) \
-         SELECT p.mention_id, q.mention_id AS target, signature_cosine(p.sig, q.sig) AS score, \
-           t.name, t.type, t.labels, t.attributes \
+    let among_mentions = best(&format!(
+        "WITH crowded AS (SELECT group_id, k FROM {PROBES_TABLE} GROUP BY group_id, k \
+           HAVING count(*) > {max_bucket}) \
+         SELECT p.mention_id, q.mention_id AS target, signature_cosine(p.sig, q.sig) AS score \
          FROM {p} p JOIN {p} q ON p.group_id = q.group_id AND p.k = q.k AND p.mention_id <> q.mention_id \
-         JOIN {m} t ON t.mention_id = q.mention_id \
          LEFT ANTI JOIN crowded c ON p.group_id = c.group_id AND p.k = c.k \
-         WHERE chains_compatible(p.labels, q.labels) AND signature_cosine(p.sig, q.sig) >= {min} \
-           {unlinked} {unlinked_target}"
+         WHERE signature_cosine(p.sig, q.sig) >= {min}"
     ));
-    let mut found = 0;
+    let mut shortlist: Vec<(usize, Target)> = Vec::new();
     for (sql, is_mention, what) in [
         (
             against_nodes,
@@ -360,23 +456,282 @@ pub(super) async fn embedding_pairs(
             "embedding candidates among the run's mentions".to_string(),
         ),
     ] {
+        let step = std::time::Instant::now();
         let batches = match ctx.sql(&sql).await {
             Ok(frame) => frame.collect().await,
             Err(e) => Err(e),
         }
-        .map_err(|e| e.context(what))?;
-        let before = out.len();
+        .map_err(|e| e.context(what.clone()))?;
+        let before = shortlist.len();
         for b in &batches {
-            decode_pairs(b, Kind::Embedding, is_mention, out)?;
+            let ids = arrow::compute::cast(b.column(0), &DataType::Int64)?;
+            let targets = arrow::compute::cast(b.column(1), &DataType::Int64)?;
+            let ids = ids.as_primitive::<arrow::datatypes::Int64Type>();
+            let targets = targets.as_primitive::<arrow::datatypes::Int64Type>();
+            for (m, t) in ids.values().iter().zip(targets.values()) {
+                let target = if is_mention {
+                    Target::Mention(*t as usize)
+                } else {
+                    Target::Node(*t)
+                };
+                shortlist.push((*m as usize, target));
+            }
         }
-        found += out.len() - before;
+        tracing::debug!(
+            "{what}: {} shortlisted in {:.2} s",
+            shortlist.len() - before,
+            step.elapsed().as_secs_f64()
+        );
     }
     let _ = ctx.deregister_table(PROBES_TABLE);
+    let _ = ctx.deregister_table(SIGNED_NODES_TABLE);
+    let shortlisted = shortlist.len();
+    let exact = rescore(ctx, nodes, mentions, vectors, shortlist, spec).await?;
+    let kept = exact.len();
+    out.extend(exact);
     tracing::debug!(
-        "Embedding candidates: {found} pairs from {probes} probe keys in {:.2} s",
+        "Embedding candidates: {kept} of {shortlisted} shortlisted pairs from {probes} probe keys in {:.2} s",
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Hashes the committed name vectors into [`SIGNED_NODES_TABLE`]
+/// (`target, group_id, labels, sig`). The scan is spread round-robin over
+/// the session's partitions before hashing: a graph of one large file
+/// would otherwise hash on one core.
+async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionError> {
+    use datafusion::execution::FunctionRegistry;
+    use datafusion::logical_expr::{Partitioning, col};
+    let parts = ctx.state().config().target_partitions().max(1);
+    let signed = async {
+        let frame = ctx
+            .sql(&format!(
+                "SELECT short_id AS target, group_id, labels, name_embedding FROM {nodes} \
+                 WHERE name_embedding IS NOT NULL"
+            ))
+            .await?
+            .repartition(Partitioning::RoundRobinBatch(parts))?;
+        let sign = ctx.udf("embedding_signature")?;
+        let frame = frame
+            .select(vec![
+                col("target"),
+                col("group_id"),
+                col("labels"),
+                sign.call(vec![col("name_embedding")]).alias("sig"),
+            ])?
+            .filter(col("sig").is_not_null())?;
+        let schema = Arc::clone(frame.schema().inner());
+        let batches = frame.collect().await?;
+        let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
+        for (i, b) in batches.into_iter().enumerate() {
+            partitions[i % parts].push(b);
+        }
+        let _ = ctx.deregister_table(SIGNED_NODES_TABLE);
+        ctx.register_table(
+            SIGNED_NODES_TABLE,
+            Arc::new(datafusion::datasource::MemTable::try_new(
+                schema, partitions,
+            )?),
+        )?;
+        Ok::<(), DataFusionError>(())
+    };
+    signed
+        .await
+        .map_err(|e| e.context(format!("hashing the name vectors of {nodes}")))
+}
+
+/// Nodes per bucket [`auto_band_bits`] aims at.
+const AUTO_BUCKET: f64 = 16.0;
+
+/// Band bits for about [`AUTO_BUCKET`] nodes per bucket of the largest
+/// (group, root type), from one count over the committed labels: 8 up to
+/// ~4,000 nodes of a type, one more per doubling, at most 24.
+async fn auto_band_bits(ctx: &SessionContext, nodes: &str) -> Result<usize, DataFusionError> {
+    let sql = format!(
+        "SELECT max(n) AS n FROM (SELECT count(*) AS n FROM {nodes} GROUP BY group_id, labels[2])"
+    );
+    let batches = match ctx.sql(&sql).await {
+        Ok(frame) => frame.collect().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| e.context("counting committed nodes per root type for the band width"))?;
+    let largest = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .and_then(|b| {
+            let n = arrow::compute::cast(b.column(0), &DataType::Int64).ok()?;
+            let n = n.as_primitive::<arrow::datatypes::Int64Type>();
+            n.is_valid(0).then(|| n.value(0))
+        })
+        .unwrap_or(0);
+    let bits = (largest.max(1) as f64 / AUTO_BUCKET).log2().ceil();
+    let bits = (bits.max(8.0) as usize).min(24);
+    tracing::debug!("embedding LSH: {bits} bits per band for {largest} nodes of the largest type");
+    Ok(bits)
+}
+
+/// Estimates shortlist the pairs (by [`SHORTLIST_SLACK`] under the
+/// threshold, [`SHORTLIST_FACTOR`] times `top_k` per mention); the exact
+/// cosine decides, and chains must be compatible. The shortlisted nodes
+/// (vector, name, labels, identity keys) are read in one semi-join on
+/// `short_id`; the mentions are at hand.
+async fn rescore(
+    ctx: &SessionContext,
+    nodes: &str,
+    mentions: &[MentionKey],
+    vectors: &[Option<Arc<[f32]>>],
+    shortlist: Vec<(usize, Target)>,
+    spec: &ResolveSpec,
+) -> Result<Vec<Pair>, DataFusionError> {
+    let mut targets: Vec<i64> = shortlist
+        .iter()
+        .filter_map(|(_, t)| match t {
+            Target::Node(n) => Some(*n),
+            Target::Mention(_) => None,
+        })
+        .collect();
+    targets.sort_unstable();
+    targets.dedup();
+    // Node targets by short id: vector, name, chain, identity keys.
+    type NodeRow = (Vec<f32>, String, Vec<String>, Vec<String>);
+    let mut node_rows: HashMap<i64, NodeRow> = HashMap::with_capacity(targets.len());
+    if !targets.is_empty() {
+        let ids = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(targets)) as ArrayRef],
+        )?;
+        super::entities::register_partitioned(ctx, SHORTLIST_TABLE, ids)?;
+        let unlinked = if spec.linkage.is_empty() {
+            ""
+        } else {
+            "AND linkage_of(labels) IS NULL"
+        };
+        let sql = format!(
+            "SELECT short_id, name_embedding, name, labels, identity_keys(type, attributes) AS ids \
+             FROM {nodes} WHERE short_id IN (SELECT id FROM {SHORTLIST_TABLE}) {unlinked}"
+        );
+        let batches = match ctx.sql(&sql).await {
+            Ok(frame) => frame.collect().await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| e.context("reading the shortlisted nodes"));
+        let _ = ctx.deregister_table(SHORTLIST_TABLE);
+        for b in &batches? {
+            let ids = arrow::compute::cast(b.column(0), &DataType::Int64)?;
+            let ids = ids.as_primitive::<arrow::datatypes::Int64Type>();
+            let lists = float_lists(b.column(1))?;
+            let lists = lists.as_list::<i32>();
+            let names = super::entities::strings(b.column(2))?;
+            let names = names.as_string::<i32>();
+            let labels = string_lists(b.column(3))?;
+            let labels = labels.as_list::<i32>();
+            let keys = string_lists(b.column(4))?;
+            let keys = keys.as_list::<i32>();
+            let texts = |l: &arrow::array::ListArray, i: usize, skip: usize| -> Vec<String> {
+                if l.is_null(i) {
+                    return Vec::new();
+                }
+                let v = l.value(i);
+                v.as_string::<i32>()
+                    .iter()
+                    .skip(skip)
+                    .flatten()
+                    .map(str::to_string)
+                    .collect()
+            };
+            for i in 0..b.num_rows() {
+                if lists.is_valid(i) {
+                    let v = lists.value(i);
+                    let v = v.as_primitive::<arrow::datatypes::Float32Type>();
+                    node_rows.insert(
+                        ids.value(i),
+                        (
+                            v.values().to_vec(),
+                            names.value(i).to_string(),
+                            texts(labels, i, 1),
+                            texts(keys, i, 0),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let compatible = |a: &[String], b: &[String]| {
+        let n = a.len().min(b.len());
+        a[..n] == b[..n]
+    };
+    let mut kept: Vec<Pair> = shortlist
+        .into_iter()
+        .filter_map(|(m, target)| {
+            let a = vectors.get(m)?.as_deref()?;
+            let (b, name, chain, identity) = match target {
+                Target::Node(n) => {
+                    let (v, name, chain, ids) = node_rows.get(&n)?;
+                    (v.as_slice(), name.clone(), chain.clone(), ids.clone())
+                }
+                Target::Mention(t) => (
+                    vectors.get(t)?.as_deref()?,
+                    mentions[t].name.clone(),
+                    mentions[t].chain.clone(),
+                    Vec::new(),
+                ),
+            };
+            if !compatible(&mentions[m].chain, &chain) {
+                return None;
+            }
+            let score = cosine(a, b)?;
+            (score >= spec.embedding_min_similarity).then_some(Pair {
+                mention: m,
+                target,
+                kind: Kind::Embedding,
+                score,
+                count: 1,
+                name,
+                chain,
+                identity,
+            })
+        })
+        .collect();
+    // The most similar first per mention and side, `top_k` of each.
+    kept.sort_by(|a, b| {
+        (a.mention, matches!(a.target, Target::Mention(_)))
+            .cmp(&(b.mention, matches!(b.target, Target::Mention(_))))
+            .then(b.score.total_cmp(&a.score))
+            .then(a.target.cmp(&b.target))
+    });
+    let mut out = Vec::with_capacity(kept.len());
+    let mut last = None;
+    let mut n = 0;
+    for p in kept {
+        let side = (p.mention, matches!(p.target, Target::Mention(_)));
+        if last != Some(side) {
+            last = Some(side);
+            n = 0;
+        }
+        n += 1;
+        if n <= spec.embedding_top_k {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Cosine similarity of two vectors of equal length; `None` otherwise or
+/// when one has no direction.
+pub fn cosine(a: &[f32], b: &[f32]) -> Option<f64> {
+    if a.len() != b.len() || a.is_empty() {
+        return None;
+    }
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    let norm = (na * nb).sqrt();
+    (norm > 0.0 && norm.is_finite()).then(|| dot / norm)
 }
 
 #[cfg(test)]

@@ -100,8 +100,10 @@ pub struct ResolveSpec {
     /// compared when its vectors agree on every bit of at least one band.
     pub embedding_bands: usize,
     /// Bits (hyperplanes) per band: more bits, smaller buckets, fewer
-    /// candidates at low similarity.
-    pub embedding_band_bits: usize,
+    /// candidates at low similarity. Absent: chosen per run so that a
+    /// bucket holds about 16 nodes of the largest root type (at least 8
+    /// bits, at most 24).
+    pub embedding_band_bits: Option<usize>,
     /// Buckets holding more node vectors than this are skipped (like
     /// `lsh_max_bucket`); other bands still find close pairs.
     pub embedding_max_bucket: usize,
@@ -342,7 +344,7 @@ impl Default for ResolveSpec {
             embedding_min_similarity: 0.5,
             embedding_top_k: 3,
             embedding_bands: 32,
-            embedding_band_bits: 8,
+            embedding_band_bits: None,
             embedding_max_bucket: 2000,
             linkage: Vec::new(),
         }
@@ -381,10 +383,12 @@ impl ResolveSpec {
                 ),
             ));
         }
-        if !(1..=32).contains(&self.embedding_band_bits) {
+        if let Some(bits) = self.embedding_band_bits
+            && !(1..=32).contains(&bits)
+        {
             out.push((
                 "resolve.embedding_band_bits".into(),
-                format!("must be between 1 and 32, got {}", self.embedding_band_bits),
+                format!("must be between 1 and 32, got {bits}"),
             ));
         }
         if self.embedding_max_bucket < 2 {

@@ -920,7 +920,7 @@ const LAPTOP_DEAL: &str = "{\"id\": \"e11\", \"content\": \"The laptop deal clos
 fn every_name_a_neighbour(spec: &mut PipelineSpec) {
     spec.resolve.embedding_candidates = true;
     spec.resolve.embedding_min_similarity = -1.0;
-    spec.resolve.embedding_band_bits = 1;
+    spec.resolve.embedding_band_bits = Some(1);
 }
 
 async fn contracts(store: &GraphStore) -> Vec<Value> {
