@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryBuilder, Float64Array, Int64Array, Int64Builder, ListBuilder,
-    RecordBatch, StringBuilder,
+    Array, ArrayRef, AsArray, BinaryBuilder, Float64Array, Int64Array, Int64Builder, RecordBatch,
+    StringBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::DataFusionError;
@@ -142,32 +142,35 @@ pub fn signature_cosine(a: &[u8], b: &[u8]) -> f64 {
 /// The band keys of a signature under a root type (the first label after
 /// "Entity"; empty for untyped names).
 pub fn band_keys(sig: &[u8], root: &str, bands: usize, band_bits: usize) -> Vec<i64> {
-    let bit = |j: usize| u64::from(sig.get(j / 8).is_some_and(|b| b >> (j % 8) & 1 == 1));
     (0..bands)
-        .map(|b| {
-            let mut value: u64 = 0;
-            for j in 0..band_bits {
-                value |= bit(b * band_bits + j) << j;
-            }
-            // FNV-1a over the root, then the band index and its bits.
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for byte in root
-                .bytes()
-                .chain([0xff])
-                .chain((b as u64).to_le_bytes())
-                .chain(value.to_le_bytes())
-            {
-                h ^= u64::from(byte);
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-            h as i64
-        })
+        .map(|b| band_key(sig, root, b, band_bits))
         .collect()
 }
 
+/// The key of band `b` of a signature under a root type: FNV-1a over the
+/// root, the band index and the band's bits.
+pub fn band_key(sig: &[u8], root: &str, b: usize, band_bits: usize) -> i64 {
+    let bit = |j: usize| u64::from(sig.get(j / 8).is_some_and(|x| x >> (j % 8) & 1 == 1));
+    let mut value: u64 = 0;
+    for j in 0..band_bits {
+        value |= bit(b * band_bits + j) << j;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in root
+        .bytes()
+        .chain([0xff])
+        .chain((b as u64).to_le_bytes())
+        .chain(value.to_le_bytes())
+    {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h as i64
+}
+
 /// The UDFs the plans use: `embedding_signature(vector)`,
-/// `embedding_bands(signature, labels)` and `signature_cosine(a, b)`, for
-/// `bands` bands of `band_bits` bits.
+/// `embedding_band(signature, root, band)` and `signature_cosine(a, b)`,
+/// for `bands` bands of `band_bits` bits.
 pub fn udfs(bands: usize, band_bits: usize) -> Vec<ScalarUDF> {
     let bits = bands * band_bits;
     let sign = create_udf(
@@ -201,26 +204,29 @@ pub fn udfs(bands: usize, band_bits: usize) -> Vec<ScalarUDF> {
         }),
     );
     let band = create_udf(
-        "embedding_bands",
-        vec![DataType::Binary, list_of(DataType::Utf8)],
-        list_of(DataType::Int64),
+        "embedding_band",
+        vec![DataType::Binary, DataType::Utf8, DataType::Int64],
+        DataType::Int64,
         Volatility::Immutable,
         Arc::new(move |args: &[ColumnarValue]| {
             let arrays = ColumnarValue::values_to_arrays(args)?;
             let sigs = arrow::compute::cast(&arrays[0], &DataType::Binary)?;
             let sigs = sigs.as_binary::<i32>();
-            let labels = string_lists(&arrays[1])?;
-            let labels = labels.as_list::<i32>();
-            let mut out = ListBuilder::new(Int64Builder::new());
-            for i in 0..sigs.len() {
-                if !sigs.is_null(i) {
-                    let root = root_of(labels, i);
-                    out.values()
-                        .append_slice(&band_keys(sigs.value(i), &root, bands, band_bits));
-                }
-                out.append(!sigs.is_null(i));
-            }
-            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+            let roots = super::entities::strings(&arrays[1])?;
+            let roots = roots.as_string::<i32>();
+            let band = arrow::compute::cast(&arrays[2], &DataType::Int64)?;
+            let band = band.as_primitive::<arrow::datatypes::Int64Type>();
+            let out: Int64Array = (0..sigs.len())
+                .map(|i| {
+                    if sigs.is_null(i) || band.is_null(i) {
+                        return None;
+                    }
+                    let b = usize::try_from(band.value(i)).ok()?;
+                    let root = if roots.is_null(i) { "" } else { roots.value(i) };
+                    Some(band_key(sigs.value(i), root, b, band_bits))
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
         }),
     );
     let cosine = create_udf(
@@ -254,80 +260,65 @@ fn float_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
     }
 }
 
-/// The root type of row `i` of a labels list ("" when untyped).
-fn root_of(labels: &arrow::array::ListArray, i: usize) -> String {
-    if labels.is_null(i) {
-        return String::new();
-    }
-    let l = labels.value(i);
-    let l = l.as_string::<i32>();
-    if l.len() > 1 && l.is_valid(1) {
-        l.value(1).to_string()
-    } else {
-        String::new()
-    }
-}
-
 fn probes_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("mention_id", DataType::Int64, false),
         Field::new("group_id", DataType::Utf8, false),
-        Field::new("labels", list_of(DataType::Utf8), false),
+        Field::new("root", DataType::Utf8, false),
         Field::new("sig", DataType::Binary, false),
-        Field::new("k", DataType::Int64, false),
     ]))
 }
 
-/// The probing mentions as rows of band keys: `vectors[i]` is the name
+/// Mentions per batch of the probes table.
+const PROBE_BATCH_MENTIONS: usize = 8192;
+
+/// The probing mentions with their signatures: `vectors[i]` is the name
 /// vector of `mentions[i]` (the mentions table's `mention_id` is `i`).
-fn probe_batch(
+/// Mentions of a type with a record-linkage rule do not probe: such types
+/// are matched by their rules alone.
+fn probe_batches(
     mentions: &[MentionKey],
     vectors: &[Option<Arc<[f32]>>],
-    bands: usize,
-    band_bits: usize,
-) -> Result<RecordBatch, DataFusionError> {
+    bits: usize,
+    linked_types: &[String],
+) -> Result<Vec<RecordBatch>, DataFusionError> {
     use rayon::prelude::*;
+    let linked = |m: &MentionKey| m.chain.iter().any(|t| linked_types.contains(t));
     // Hashing is the CPU-heavy part (a dot product per signature bit).
-    let signed: Vec<(usize, Vec<u8>)> = vectors
-        .par_chunks(1024)
+    vectors
+        .par_chunks(PROBE_BATCH_MENTIONS)
         .enumerate()
-        .flat_map_iter(|(c, chunk)| {
-            let slices: Vec<&[f32]> = chunk.iter().map(|v| v.as_deref().unwrap_or(&[])).collect();
-            signatures(&slices, bands * band_bits)
-                .into_iter()
+        .map(|(c, chunk)| {
+            let first = c * PROBE_BATCH_MENTIONS;
+            let slices: Vec<&[f32]> = chunk
+                .iter()
                 .enumerate()
-                .filter_map(move |(i, s)| Some((c * 1024 + i, s?)))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let mut ids = Int64Builder::new();
-    let mut groups = StringBuilder::new();
-    let mut labels = ListBuilder::new(StringBuilder::new());
-    let mut sigs = BinaryBuilder::new();
-    let mut keys = Int64Builder::new();
-    for (i, sig) in &signed {
-        let m = &mentions[*i];
-        let root = m.chain.first().map_or("", String::as_str);
-        for k in band_keys(sig, root, bands, band_bits) {
-            ids.append_value(*i as i64);
-            groups.append_value(&m.group_id);
-            labels.values().append_value(crate::ontology::ENTITY_LABEL);
-            for t in &m.chain {
-                labels.values().append_value(t);
+                .map(|(i, v)| match v {
+                    Some(v) if !linked(&mentions[first + i]) => &v[..],
+                    _ => &[][..],
+                })
+                .collect();
+            let mut ids = Int64Builder::new();
+            let mut groups = StringBuilder::new();
+            let mut roots = StringBuilder::new();
+            let mut sigs = BinaryBuilder::new();
+            for (i, sig) in signatures(&slices, bits).into_iter().enumerate() {
+                let Some(sig) = sig else { continue };
+                let m = &mentions[first + i];
+                ids.append_value((first + i) as i64);
+                groups.append_value(&m.group_id);
+                roots.append_value(m.chain.first().map_or("", String::as_str));
+                sigs.append_value(&sig);
             }
-            labels.append(true);
-            sigs.append_value(sig);
-            keys.append_value(k);
-        }
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(ids.finish()),
-        Arc::new(groups.finish()),
-        Arc::new(labels.finish()),
-        Arc::new(sigs.finish()),
-        Arc::new(keys.finish()),
-    ];
-    Ok(RecordBatch::try_new(probes_schema(), columns)?)
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(ids.finish()),
+                Arc::new(groups.finish()),
+                Arc::new(roots.finish()),
+                Arc::new(sigs.finish()),
+            ];
+            Ok(RecordBatch::try_new(probes_schema(), columns)?)
+        })
+        .collect()
 }
 
 /// The embedding candidates of `mentions` alone (no name rules), for
@@ -390,99 +381,99 @@ pub(super) async fn embedding_pairs(
     for f in udfs(bands, band_bits) {
         ctx.register_udf(f);
     }
-    let batch = probe_batch(mentions, vectors, bands, band_bits)
-        .map_err(|e| e.context("the probing mentions' band keys"))?;
-    let probes = batch.num_rows();
-    super::entities::register_partitioned(ctx, PROBES_TABLE, batch)
-        .map_err(|e| e.context("registering the probing mentions' band keys"))?;
-    let max_bucket = spec.embedding_max_bucket;
-    let min = spec.embedding_min_similarity - SHORTLIST_SLACK;
-    // Linked types are matched by their record-linkage rules alone.
-    let p = if spec.linkage.is_empty() {
-        format!("(SELECT * FROM {PROBES_TABLE})")
-    } else {
-        format!("(SELECT * FROM {PROBES_TABLE} WHERE linkage_of(labels) IS NULL)")
-    };
+    let linked_types: Vec<String> = spec.linkage.iter().map(|l| l.entity_type.clone()).collect();
+    let batches = probe_batches(mentions, vectors, bands * band_bits, &linked_types)
+        .map_err(|e| e.context("the probing mentions' signatures"))?;
+    let probes: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let parts = ctx.state().config().target_partitions().max(1);
+    let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
+    for (i, b) in batches.into_iter().enumerate() {
+        partitions[i % parts].push(b);
+    }
+    let _ = ctx.deregister_table(PROBES_TABLE);
+    datafusion::datasource::MemTable::try_new(probes_schema(), partitions)
+        .and_then(|t| ctx.register_table(PROBES_TABLE, Arc::new(t)))
+        .map_err(|e| e.context("registering the probing mentions' signatures"))?;
     // Only ids and signatures go through the joins: names, labels and
     // vectors are read for the shortlist alone. The committed vectors are
-    // hashed once, into a table both plans below read.
+    // hashed once, into a table every band below reads.
     let step = std::time::Instant::now();
     sign_nodes(ctx, nodes).await?;
     tracing::debug!(
         "signatures of {nodes}' name vectors in {:.2} s",
         step.elapsed().as_secs_f64()
     );
-    let node_keys = format!(
-        "SELECT target, group_id, sig, unnest(embedding_bands(sig, labels)) AS k FROM {SIGNED_NODES_TABLE}"
-    );
-    let best = |pairs: &str| {
-        format!(
-            "SELECT mention_id, target, score FROM \
-               (SELECT mention_id, target, score, \
-                  row_number() OVER (PARTITION BY mention_id ORDER BY score DESC, target) AS r \
-                FROM (SELECT mention_id, target, max(score) AS score FROM ({pairs}) \
-                  GROUP BY mention_id, target)) \
-             WHERE r <= {k}",
-            k = spec.embedding_top_k * SHORTLIST_FACTOR
-        )
-    };
-    let against_nodes = best(&format!(
-        "WITH t AS ({node_keys}), \
-           crowded AS (SELECT group_id, k FROM t WHERE k IN (SELECT k FROM {PROBES_TABLE}) \
-             GROUP BY group_id, k HAVING count(*) > {max_bucket}) \
-         SELECT p.mention_id, t.target, signature_cosine(p.sig, t.sig) AS score \
-         FROM {p} p JOIN t ON p.group_id = t.group_id AND p.k = t.k \
-         LEFT ANTI JOIN crowded c ON t.group_id = c.group_id AND t.k = c.k \
-         WHERE signature_cosine(p.sig, t.sig) >= {min}"
-    ));
-    let among_mentions = best(&format!(
-        "WITH crowded AS (SELECT group_id, k FROM {PROBES_TABLE} GROUP BY group_id, k \
-           HAVING count(*) > {max_bucket}) \
-         SELECT p.mention_id, q.mention_id AS target, signature_cosine(p.sig, q.sig) AS score \
-         FROM {p} p JOIN {p} q ON p.group_id = q.group_id AND p.k = q.k AND p.mention_id <> q.mention_id \
-         LEFT ANTI JOIN crowded c ON p.group_id = c.group_id AND p.k = c.k \
-         WHERE signature_cosine(p.sig, q.sig) >= {min}"
-    ));
-    let mut shortlist: Vec<(usize, Target)> = Vec::new();
-    for (sql, is_mention, what) in [
-        (
-            against_nodes,
-            false,
-            format!("embedding candidates against {nodes}"),
-        ),
-        (
-            among_mentions,
-            true,
-            "embedding candidates among the run's mentions".to_string(),
-        ),
-    ] {
-        let step = std::time::Instant::now();
-        let batches = match ctx.sql(&sql).await {
-            Ok(frame) => frame.collect().await,
-            Err(e) => Err(e),
-        }
-        .map_err(|e| e.context(what.clone()))?;
-        let before = shortlist.len();
-        for b in &batches {
-            let ids = arrow::compute::cast(b.column(0), &DataType::Int64)?;
-            let targets = arrow::compute::cast(b.column(1), &DataType::Int64)?;
-            let ids = ids.as_primitive::<arrow::datatypes::Int64Type>();
-            let targets = targets.as_primitive::<arrow::datatypes::Int64Type>();
-            for (m, t) in ids.values().iter().zip(targets.values()) {
-                let target = if is_mention {
-                    Target::Mention(*t as usize)
-                } else {
-                    Target::Node(*t)
-                };
-                shortlist.push((*m as usize, target));
+    // One band at a time: a plan's rows are one per node and one per
+    // mention (not one per band of each), so memory stays linear in the
+    // input whatever the number of bands.
+    let max_bucket = spec.embedding_max_bucket;
+    let min = spec.embedding_min_similarity - SHORTLIST_SLACK;
+    let keep = spec.embedding_top_k * SHORTLIST_FACTOR;
+    let mut best: HashMap<usize, Vec<(Target, f64)>> = HashMap::new();
+    let step = std::time::Instant::now();
+    for b in 0..bands {
+        let p = format!(
+            "SELECT mention_id, group_id, sig, embedding_band(sig, root, {b}) AS k FROM {PROBES_TABLE}"
+        );
+        let t = format!(
+            "SELECT target, group_id, sig, embedding_band(sig, root, {b}) AS k FROM {SIGNED_NODES_TABLE}"
+        );
+        let against_nodes = format!(
+            "WITH p AS ({p}), t AS ({t}), \
+               crowded AS (SELECT group_id, k FROM t WHERE k IN (SELECT k FROM p) \
+                 GROUP BY group_id, k HAVING count(*) > {max_bucket}) \
+             SELECT p.mention_id, t.target, signature_cosine(p.sig, t.sig) AS score \
+             FROM p JOIN t ON p.group_id = t.group_id AND p.k = t.k \
+             LEFT ANTI JOIN crowded c ON t.group_id = c.group_id AND t.k = c.k \
+             WHERE signature_cosine(p.sig, t.sig) >= {min}"
+        );
+        let among_mentions = format!(
+            "WITH p AS ({p}), \
+               crowded AS (SELECT group_id, k FROM p GROUP BY group_id, k HAVING count(*) > {max_bucket}) \
+             SELECT p.mention_id, q.mention_id AS target, signature_cosine(p.sig, q.sig) AS score \
+             FROM p JOIN p q ON p.group_id = q.group_id AND p.k = q.k AND p.mention_id <> q.mention_id \
+             LEFT ANTI JOIN crowded c ON p.group_id = c.group_id AND p.k = c.k \
+             WHERE signature_cosine(p.sig, q.sig) >= {min}"
+        );
+        for (sql, is_mention) in [(against_nodes, false), (among_mentions, true)] {
+            let what = if is_mention {
+                format!("embedding candidates among the run's mentions (band {b})")
+            } else {
+                format!("embedding candidates against {nodes} (band {b})")
+            };
+            let batches = match ctx.sql(&sql).await {
+                Ok(frame) => frame.collect().await,
+                Err(e) => Err(e),
+            }
+            .map_err(|e| e.context(what))?;
+            for batch in &batches {
+                let ids = arrow::compute::cast(batch.column(0), &DataType::Int64)?;
+                let targets = arrow::compute::cast(batch.column(1), &DataType::Int64)?;
+                let scores = arrow::compute::cast(batch.column(2), &DataType::Float64)?;
+                let ids = ids.as_primitive::<arrow::datatypes::Int64Type>();
+                let targets = targets.as_primitive::<arrow::datatypes::Int64Type>();
+                let scores = scores.as_primitive::<arrow::datatypes::Float64Type>();
+                for i in 0..batch.num_rows() {
+                    let target = if is_mention {
+                        Target::Mention(targets.value(i) as usize)
+                    } else {
+                        Target::Node(targets.value(i))
+                    };
+                    let list = best.entry(ids.value(i) as usize).or_default();
+                    shortlist_push(list, target, scores.value(i), keep);
+                }
             }
         }
-        tracing::debug!(
-            "{what}: {} shortlisted in {:.2} s",
-            shortlist.len() - before,
-            step.elapsed().as_secs_f64()
-        );
     }
+    tracing::debug!(
+        "{bands} bands of {band_bits} bits joined in {:.2} s",
+        step.elapsed().as_secs_f64()
+    );
+    let mut shortlist: Vec<(usize, Target)> = best
+        .into_iter()
+        .flat_map(|(m, list)| list.into_iter().map(move |(t, _)| (m, t)))
+        .collect();
+    shortlist.sort_unstable();
     let _ = ctx.deregister_table(PROBES_TABLE);
     let _ = ctx.deregister_table(SIGNED_NODES_TABLE);
     let shortlisted = shortlist.len();
@@ -497,7 +488,8 @@ pub(super) async fn embedding_pairs(
 }
 
 /// Hashes the committed name vectors into [`SIGNED_NODES_TABLE`]
-/// (`target, group_id, labels, sig`). The scan is spread round-robin over
+/// (`target, group_id, root, sig`; `root` the first type label, "" for
+/// untyped nodes). The scan is spread round-robin over
 /// the session's partitions before hashing: a graph of one large file
 /// would otherwise hash on one core.
 async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionError> {
@@ -507,8 +499,8 @@ async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionE
     let signed = async {
         let frame = ctx
             .sql(&format!(
-                "SELECT short_id AS target, group_id, labels, name_embedding FROM {nodes} \
-                 WHERE name_embedding IS NOT NULL"
+                "SELECT short_id AS target, group_id, coalesce(labels[2], '') AS root, name_embedding \
+                 FROM {nodes} WHERE name_embedding IS NOT NULL"
             ))
             .await?
             .repartition(Partitioning::RoundRobinBatch(parts))?;
@@ -517,7 +509,7 @@ async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionE
             .select(vec![
                 col("target"),
                 col("group_id"),
-                col("labels"),
+                col("root"),
                 sign.call(vec![col("name_embedding")]).alias("sig"),
             ])?
             .filter(col("sig").is_not_null())?;
@@ -539,6 +531,33 @@ async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionE
     signed
         .await
         .map_err(|e| e.context(format!("hashing the name vectors of {nodes}")))
+}
+
+/// Adds a pair to a mention's shortlist (`keep` per side, the best
+/// estimates; a target found in several bands once, at its best).
+fn shortlist_push(list: &mut Vec<(Target, f64)>, target: Target, score: f64, keep: usize) {
+    if let Some(e) = list.iter_mut().find(|(t, _)| *t == target) {
+        e.1 = e.1.max(score);
+        return;
+    }
+    let side = |t: &Target| matches!(t, Target::Mention(_));
+    let same: Vec<usize> = (0..list.len())
+        .filter(|&i| side(&list[i].0) == side(&target))
+        .collect();
+    if same.len() < keep {
+        list.push((target, score));
+        return;
+    }
+    // Full: the new pair replaces the weakest of its side if it beats it.
+    if let Some(&weakest) = same.iter().min_by(|&&a, &&b| {
+        list[a]
+            .1
+            .total_cmp(&list[b].1)
+            .then(list[b].0.cmp(&list[a].0))
+    }) && score > list[weakest].1
+    {
+        list[weakest] = (target, score);
+    }
 }
 
 /// Nodes per bucket [`auto_band_bits`] aims at.
