@@ -244,12 +244,24 @@ async fn mention_vectors(
     keys: &[MentionKey],
     out: &mut StageOutput,
 ) -> Vec<Option<Arc<[f32]>>> {
+    // Types with a record-linkage rule are matched by it alone: their
+    // mentions (often thousands of mapped records) are not embedded.
+    let linked = |k: &MentionKey| {
+        cx.spec
+            .linkage
+            .iter()
+            .any(|l| k.chain.contains(&l.entity_type))
+    };
     let names: Vec<String> = keys
         .iter()
+        .filter(|k| !linked(k))
         .map(|k| k.name.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
     match cx.client.embed(Stage::EmbedNames, &names).await {
         Ok(vectors) => {
             let by_name: HashMap<&str, Arc<[f32]>> = names
@@ -258,7 +270,13 @@ async fn mention_vectors(
                 .zip(vectors.into_iter().map(Arc::from))
                 .collect();
             keys.iter()
-                .map(|k| by_name.get(k.name.as_str()).cloned())
+                .map(|k| {
+                    if linked(k) {
+                        None
+                    } else {
+                        by_name.get(k.name.as_str()).cloned()
+                    }
+                })
                 .collect()
         }
         Err(e) => {

@@ -231,6 +231,61 @@ async fn person_records_merge_by_field_evidence_and_a_shared_name_alone_never_me
     assert!(server.requests().is_empty(), "no LLM call");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn mentions_of_a_linked_type_are_not_embedded_for_embedding_candidates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let one = dir.path().join("one");
+    std::fs::create_dir_all(&one).expect("mkdir");
+    std::fs::write(one.join("people.jsonl"), first_batch()).expect("write records");
+    let server = TestServer::start(Behavior::default())
+        .await
+        .expect("server");
+    let graph = dir.path().join("graph");
+    let text = SPEC
+        .replace("SOURCE", one.to_str().expect("utf-8"))
+        .replace("GRAPH", graph.to_str().expect("utf-8"))
+        .replace("BASE_URL", &server.base_url())
+        .replace(
+            "judge_contradictions = false",
+            "judge_contradictions = false\nembedding_candidates = true",
+        );
+    let spec = PipelineSpec::from_toml(&text, &dir.path().join("people.toml")).expect("spec");
+    let store =
+        GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
+    let report = run(&spec, &store, &one).await;
+    assert_eq!(report.episodes_added, 5);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        people(&store).await,
+        vec![s(&["p1", "p2", "p3"]), s(&["p4"]), s(&["p5"])],
+        "linkage decides as without embeddings"
+    );
+    let embedded: Vec<Vec<String>> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/embeddings"))
+        .map(|r| {
+            r.body["input"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .collect();
+    // Before resolution: the companies' names only (the people are matched
+    // by their linkage rule); after it, every new node keeps a vector.
+    assert_eq!(
+        embedded.first(),
+        Some(&s(&["ACME corp.", "Acme Corp"])),
+        "{embedded:?}"
+    );
+    assert!(
+        embedded.iter().flatten().any(|n| n.contains("smith")),
+        "node names are embedded after resolution: {embedded:?}"
+    );
+}
+
 #[test]
 fn a_linkage_rule_naming_a_field_the_type_lacks_is_refused() {
     let text = SPEC
