@@ -23,6 +23,51 @@ use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::spec::LlmSpec;
 use crate::stage::Stage;
 
+/// Peak resident memory of this process since start or the last
+/// [`reset_peak_rss`], in bytes (`VmHWM`; `None` off Linux).
+pub(crate) fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets the peak-memory high-water mark, so [`peak_rss`] measures what
+/// follows (ignored where the kernel does not offer it).
+pub(crate) fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The `time:` and `peak memory:` lines of the resolution benches: time
+/// and mentions per second, the node-writing time when there was one
+/// (not counted), peak memory in GiB.
+pub(crate) fn write_time_and_memory(
+    f: &mut std::fmt::Formatter<'_>,
+    seconds: f64,
+    mentions: usize,
+    generate_seconds: f64,
+    peak_rss: Option<u64>,
+) -> std::fmt::Result {
+    writeln!(
+        f,
+        "  time:        {seconds:.2} s ({:.0} mentions/s){}",
+        mentions as f64 / seconds.max(1e-9),
+        if generate_seconds > 0.0 {
+            format!("; writing the nodes took {generate_seconds:.1} s (not counted)")
+        } else {
+            String::new()
+        }
+    )?;
+    match peak_rss {
+        Some(b) => writeln!(
+            f,
+            "  peak memory: {:.2} GiB",
+            b as f64 / (1u64 << 30) as f64
+        ),
+        None => writeln!(f, "  peak memory: not measured on this platform"),
+    }
+}
+
 /// Settings of `graphloom bench llm`.
 #[derive(Debug, Clone)]
 pub struct LlmBench {

@@ -88,28 +88,13 @@ impl fmt::Display for NeighboursReport {
             s.spec.embedding_min_similarity,
             s.spec.embedding_top_k
         )?;
-        writeln!(
+        super::write_time_and_memory(
             f,
-            "  time:        {:.2} s ({:.0} mentions/s){}",
             self.seconds,
-            s.mentions as f64 / self.seconds.max(1e-9),
-            if self.generate_seconds > 0.0 {
-                format!(
-                    "; writing the nodes took {:.1} s (not counted)",
-                    self.generate_seconds
-                )
-            } else {
-                String::new()
-            }
+            s.mentions,
+            self.generate_seconds,
+            self.peak_rss,
         )?;
-        match self.peak_rss {
-            Some(b) => writeln!(
-                f,
-                "  peak memory: {:.2} GiB",
-                b as f64 / (1u64 << 30) as f64
-            )?,
-            None => writeln!(f, "  peak memory: not measured on this platform")?,
-        }
         writeln!(
             f,
             "  proposals:   {} against nodes, {} among mentions",
@@ -292,13 +277,6 @@ fn probes(b: &NeighboursBench) -> Probes {
     (keys, vectors, truth)
 }
 
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 /// Runs the bench.
 pub async fn run_neighbours_bench(b: NeighboursBench) -> Result<NeighboursReport, BenchError> {
     let (dir, seed, nodes, dims) = (b.dir.clone(), b.seed, b.nodes, b.dims);
@@ -323,13 +301,13 @@ pub async fn run_neighbours_bench(b: NeighboursBench) -> Result<NeighboursReport
     } else {
         ctx.register_batch("bench_nodes", RecordBatch::new_empty(nodes_schema()))?;
     }
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    super::reset_peak_rss();
     let started = Instant::now();
     let pairs =
         crate::resolve::embedding::neighbours(&ctx, "bench_nodes", &mentions, &vectors, &b.spec)
             .await?;
     let seconds = started.elapsed().as_secs_f64();
-    let peak = peak_rss();
+    let peak = super::peak_rss();
     let mut found = vec![false; mentions.len()];
     let (mut node_pairs, mut mention_pairs, mut stray) = (0, 0, 0);
     for p in &pairs {

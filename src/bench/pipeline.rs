@@ -597,13 +597,6 @@ fn spec_for(
     Ok((spec, ontology))
 }
 
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
@@ -638,7 +631,7 @@ async fn pass(
     };
     server.take_requests();
     // Peak memory of this run only: reset the high-water mark first.
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    super::reset_peak_rss();
     let load_before = load_average();
     let cpu_before = cpu_seconds();
     let run = crate::run::run(spec, ontology, &store, &options)
@@ -653,7 +646,7 @@ async fn pass(
         http_requests: server.take_requests().len(),
         cpu_seconds: cpu,
         load: (load_before, load_average()),
-        peak_rss: peak_rss(),
+        peak_rss: super::peak_rss(),
     })
 }
 

@@ -432,28 +432,13 @@ impl fmt::Display for ResolveReport {
             "resolve bench: {} mentions against {} committed nodes",
             self.mentions, self.nodes
         )?;
-        writeln!(
+        super::write_time_and_memory(
             f,
-            "  time:        {:.2} s ({:.0} mentions/s){}",
             self.seconds,
-            self.mentions as f64 / self.seconds.max(1e-9),
-            if self.generate_seconds > 0.0 {
-                format!(
-                    "; writing the nodes took {:.1} s (not counted)",
-                    self.generate_seconds
-                )
-            } else {
-                String::new()
-            }
+            self.mentions,
+            self.generate_seconds,
+            self.peak_rss,
         )?;
-        match self.peak_rss {
-            Some(b) => writeln!(
-                f,
-                "  peak memory: {:.2} GiB",
-                b as f64 / (1u64 << 30) as f64
-            )?,
-            None => writeln!(f, "  peak memory: not measured on this platform")?,
-        }
         let pairs: Vec<String> = self.pairs.iter().map(|(k, v)| format!("{k} {v}")).collect();
         writeln!(f, "  candidates:  {}", pairs.join(", "))?;
         writeln!(
@@ -494,13 +479,6 @@ impl fmt::Display for ResolveReport {
     }
 }
 
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn pairs_of(n: u64) -> u64 {
     n * n.saturating_sub(1) / 2
 }
@@ -533,7 +511,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     let identity: BTreeMap<String, Vec<String>> =
         [("Person".to_string(), vec!["email".to_string()])].into();
     // Peak memory of resolution only: reset the high-water mark first.
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    super::reset_peak_rss();
     let started = Instant::now();
     let (clusters, open) =
         resolve_entities(&ctx, "bench_nodes", &mentions, &[], &b.spec, &identity).await?;
@@ -543,7 +521,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     let mut judged = clusters.clone();
     let resolved = clusters.finish();
     let seconds = started.elapsed().as_secs_f64();
-    let peak = peak_rss();
+    let peak = super::peak_rss();
     for a in &open {
         let right = a
             .options
