@@ -40,7 +40,7 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 use datafusion::prelude::SessionContext;
 
 use super::ResolveSpec;
-use super::entities::{Kind, MENTIONS_TABLE, MentionKey, Pair, Target, list_of, string_lists};
+use super::entities::{Kind, MentionKey, Pair, Target, list_of, string_lists};
 
 /// Name of the table of the probing mentions' band keys.
 const PROBES_TABLE: &str = "resolve_embedding_probes";
@@ -334,27 +334,10 @@ pub async fn neighbours(
     vectors: &[Option<Arc<[f32]>>],
     spec: &ResolveSpec,
 ) -> Result<Vec<Pair>, DataFusionError> {
-    for f in super::entities::udfs(spec, &std::collections::BTreeMap::new()) {
-        ctx.register_udf(f);
-    }
-    let linkages: Vec<super::linkage::Linkage> = spec
-        .linkage
-        .iter()
-        .map(super::linkage::Linkage::new)
-        .collect();
-    for f in super::linkage::udfs(&linkages, mentions) {
-        ctx.register_udf(f);
-    }
-    let partitions = ctx.state().config().target_partitions();
-    let table = super::entities::mentions_batches(mentions, partitions).and_then(|b| {
-        datafusion::datasource::MemTable::try_new(super::entities::mentions_schema(), b)
-    })?;
-    let _ = ctx.deregister_table(MENTIONS_TABLE);
-    ctx.register_table(MENTIONS_TABLE, Arc::new(table))?;
+    super::entities::register_udfs(ctx, spec, &std::collections::BTreeMap::new(), mentions);
     let mut out = Vec::new();
-    let result = embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await;
-    let _ = ctx.deregister_table(MENTIONS_TABLE);
-    result.map(|()| out)
+    embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await?;
+    Ok(out)
 }
 
 /// Embedding candidates of the mentions that have a vector, against the
@@ -385,14 +368,7 @@ pub(super) async fn embedding_pairs(
     let batches = probe_batches(mentions, vectors, bands * band_bits, &linked_types)
         .map_err(|e| e.context("the probing mentions' signatures"))?;
     let probes: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let parts = ctx.state().config().target_partitions().max(1);
-    let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
-    for (i, b) in batches.into_iter().enumerate() {
-        partitions[i % parts].push(b);
-    }
-    let _ = ctx.deregister_table(PROBES_TABLE);
-    datafusion::datasource::MemTable::try_new(probes_schema(), partitions)
-        .and_then(|t| ctx.register_table(PROBES_TABLE, Arc::new(t)))
+    super::entities::register_batches(ctx, PROBES_TABLE, probes_schema(), batches)
         .map_err(|e| e.context("registering the probing mentions' signatures"))?;
     // Only ids and signatures go through the joins: names, labels and
     // vectors are read for the shortlist alone. The committed vectors are
@@ -515,18 +491,7 @@ async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionE
             .filter(col("sig").is_not_null())?;
         let schema = Arc::clone(frame.schema().inner());
         let batches = frame.collect().await?;
-        let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
-        for (i, b) in batches.into_iter().enumerate() {
-            partitions[i % parts].push(b);
-        }
-        let _ = ctx.deregister_table(SIGNED_NODES_TABLE);
-        ctx.register_table(
-            SIGNED_NODES_TABLE,
-            Arc::new(datafusion::datasource::MemTable::try_new(
-                schema, partitions,
-            )?),
-        )?;
-        Ok::<(), DataFusionError>(())
+        super::entities::register_batches(ctx, SIGNED_NODES_TABLE, schema, batches)
     };
     signed
         .await

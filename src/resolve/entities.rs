@@ -551,35 +551,22 @@ pub(super) fn register_partitioned(
 ) -> Result<(), DataFusionError> {
     let parts = ctx.state().config().target_partitions().max(1);
     let size = batch.num_rows().div_ceil(parts).max(1);
-    let mut partitions = Vec::new();
-    let mut offset = 0;
-    while offset < batch.num_rows() {
-        let len = size.min(batch.num_rows() - offset);
-        partitions.push(vec![batch.slice(offset, len)]);
-        offset += len;
-    }
-    if partitions.is_empty() {
-        partitions.push(vec![batch.clone()]);
-    }
-    let _ = ctx.deregister_table(name);
-    ctx.register_table(
-        name,
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            batch.schema(),
-            partitions,
-        )?),
-    )?;
-    Ok(())
+    let slices = (0..batch.num_rows())
+        .step_by(size)
+        .map(|offset| batch.slice(offset, size.min(batch.num_rows() - offset)))
+        .collect();
+    register_batches(ctx, name, batch.schema(), slices)
 }
 
-async fn materialize_inner(
+/// Registers `batches` as the in-memory table `name` (replacing one of that
+/// name), dealt round-robin over the session's partitions for parallel
+/// work.
+pub(super) fn register_batches(
     ctx: &SessionContext,
     name: &str,
-    sql: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
 ) -> Result<(), DataFusionError> {
-    let df = ctx.sql(sql).await?;
-    let schema = Arc::clone(df.schema().inner());
-    let batches = df.collect().await?;
     let parts = ctx.state().config().target_partitions().max(1);
     let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
     for (i, b) in batches.into_iter().enumerate() {
@@ -593,6 +580,39 @@ async fn materialize_inner(
         )?),
     )?;
     Ok(())
+}
+
+async fn materialize_inner(
+    ctx: &SessionContext,
+    name: &str,
+    sql: &str,
+) -> Result<(), DataFusionError> {
+    let df = ctx.sql(sql).await?;
+    let schema = Arc::clone(df.schema().inner());
+    let batches = df.collect().await?;
+    register_batches(ctx, name, schema, batches)
+}
+
+/// Registers the resolution UDFs ([`udfs`]) and the record-linkage UDFs
+/// of `spec.linkage` over `mentions` (the distinct mentions, as the
+/// mentions table lays them out) on `ctx`.
+pub(super) fn register_udfs(
+    ctx: &SessionContext,
+    spec: &ResolveSpec,
+    identity: &BTreeMap<String, Vec<String>>,
+    mentions: &[MentionKey],
+) {
+    let linkages: Vec<super::linkage::Linkage> = spec
+        .linkage
+        .iter()
+        .map(super::linkage::Linkage::new)
+        .collect();
+    for f in udfs(spec, identity)
+        .into_iter()
+        .chain(super::linkage::udfs(&linkages, mentions))
+    {
+        ctx.register_udf(f);
+    }
 }
 
 /// Fuzzy candidates. The band keys of the mentions are computed once and
@@ -1261,9 +1281,6 @@ pub async fn resolve_entities(
     spec: &ResolveSpec,
     identity: &BTreeMap<String, Vec<String>>,
 ) -> Result<(Clusters, Vec<Ambiguity>), DataFusionError> {
-    for f in udfs(spec, identity) {
-        ctx.register_udf(f);
-    }
     let mut element_of: Vec<usize> = Vec::with_capacity(all_mentions.len());
     let mut first: Vec<usize> = Vec::new();
     {
@@ -1279,14 +1296,7 @@ pub async fn resolve_entities(
     }
     let distinct: Vec<MentionKey> = first.iter().map(|&i| all_mentions[i].clone()).collect();
     let mentions = distinct.as_slice();
-    let linkages: Vec<super::linkage::Linkage> = spec
-        .linkage
-        .iter()
-        .map(super::linkage::Linkage::new)
-        .collect();
-    for f in super::linkage::udfs(&linkages, mentions) {
-        ctx.register_udf(f);
-    }
+    register_udfs(ctx, spec, identity, mentions);
     tracing::debug!(
         "{} mentions, {} distinct",
         all_mentions.len(),
