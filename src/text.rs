@@ -114,11 +114,33 @@ pub fn fuzzy_eligible(normalized: &str) -> bool {
     entropy >= 2.5
 }
 
+/// splitmix64's increment (the golden ratio in 64 bits).
+const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
 fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = x.wrapping_add(GOLDEN_GAMMA);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+/// The splitmix64 sequence from `seed`: a deterministic stream of
+/// well-mixed 64-bit values, the same on every machine.
+pub fn splitmix_stream(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        let v = splitmix(state);
+        state = state.wrapping_add(GOLDEN_GAMMA);
+        v
+    }
+}
+
+/// 64-bit FNV-1a of a byte stream: a stable hash for keys that must not
+/// change between runs or machines (std's hashers may).
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// MinHash signature of a shingle-hash set with `n` hash functions. The

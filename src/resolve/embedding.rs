@@ -71,14 +71,7 @@ fn hyperplanes(planes: usize, dims: usize) -> Arc<Vec<f32>> {
     Arc::clone(cache.entry((planes, dims)).or_insert_with(|| {
         // splitmix64 over a fixed seed: the planes are part of the
         // format of the band keys, so they never change between runs.
-        let mut state: u64 = 0x6772_6170_686c_6f6f;
-        let mut next = move || {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut next = crate::text::splitmix_stream(0x6772_6170_686c_6f6f);
         // Gaussian entries (Box-Muller): the planes' directions are
         // uniform, so the bit-agreement rule holds for every vector, also
         // sparse or axis-aligned ones (±1 entries would not do for those).
@@ -139,33 +132,21 @@ pub fn signature_cosine(a: &[u8], b: &[u8]) -> f64 {
     (std::f64::consts::PI * f64::from(differ) / bits as f64).cos()
 }
 
-/// The band keys of a signature under a root type (the first label after
-/// "Entity"; empty for untyped names).
-pub fn band_keys(sig: &[u8], root: &str, bands: usize, band_bits: usize) -> Vec<i64> {
-    (0..bands)
-        .map(|b| band_key(sig, root, b, band_bits))
-        .collect()
-}
-
-/// The key of band `b` of a signature under a root type: FNV-1a over the
-/// root, the band index and the band's bits.
+/// The key of band `b` of a signature under a root type (the first label
+/// after "Entity"; empty for untyped names): FNV-1a over the root, the
+/// band index and the band's bits.
 pub fn band_key(sig: &[u8], root: &str, b: usize, band_bits: usize) -> i64 {
     let bit = |j: usize| u64::from(sig.get(j / 8).is_some_and(|x| x >> (j % 8) & 1 == 1));
     let mut value: u64 = 0;
     for j in 0..band_bits {
         value |= bit(b * band_bits + j) << j;
     }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in root
-        .bytes()
-        .chain([0xff])
-        .chain((b as u64).to_le_bytes())
-        .chain(value.to_le_bytes())
-    {
-        h ^= u64::from(byte);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h as i64
+    crate::text::fnv1a(
+        root.bytes()
+            .chain([0xff])
+            .chain((b as u64).to_le_bytes())
+            .chain(value.to_le_bytes()),
+    ) as i64
 }
 
 /// The UDFs the plans use: `embedding_signature(vector)`,
@@ -758,12 +739,14 @@ mod tests {
     #[test]
     fn band_keys_differ_by_root_type_and_band() {
         let sig = signature(&unit((0..16).map(|i| i as f32 - 7.5).collect()), 64).unwrap();
-        let a = band_keys(&sig, "Contract", 8, 8);
-        let b = band_keys(&sig, "Person", 8, 8);
+        let band_keys =
+            |root: &str| -> Vec<i64> { (0..8).map(|b| band_key(&sig, root, b, 8)).collect() };
+        let a = band_keys("Contract");
+        let b = band_keys("Person");
         assert_eq!(a.len(), 8);
         assert!(a.iter().zip(&b).all(|(x, y)| x != y));
         let distinct: std::collections::BTreeSet<_> = a.iter().collect();
         assert_eq!(distinct.len(), 8, "each band has its own key space");
-        assert_eq!(a, band_keys(&sig, "Contract", 8, 8), "deterministic");
+        assert_eq!(a, band_keys("Contract"), "deterministic");
     }
 }

@@ -256,12 +256,7 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
 
 /// A hash of a group id, mixed into band keys.
 fn group_salt(group: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in group.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    crate::text::fnv1a(group.bytes())
 }
 
 /// Marks an identity property whose different values do not keep two
