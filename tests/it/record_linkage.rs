@@ -154,6 +154,48 @@ async fn run(spec: &PipelineSpec, store: &GraphStore, source: &Path) -> RunRepor
         .expect("run completes")
 }
 
+/// A graph, the test server and the spec over it, with the first and
+/// second batch of records in folders of their own; `resolve` is added to
+/// the spec's `[resolve]` table.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: TestServer,
+    spec: PipelineSpec,
+    store: GraphStore,
+    batches: [std::path::PathBuf; 2],
+}
+
+async fn fixture(resolve: &str) -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let batches = [dir.path().join("one"), dir.path().join("two")];
+    for (d, text) in batches.iter().zip([first_batch(), second_batch()]) {
+        std::fs::create_dir_all(d).expect("mkdir");
+        std::fs::write(d.join("people.jsonl"), text).expect("write records");
+    }
+    let server = TestServer::start(Behavior::default())
+        .await
+        .expect("server");
+    let graph = dir.path().join("graph");
+    let text = SPEC
+        .replace("SOURCE", batches[0].to_str().expect("utf-8"))
+        .replace("GRAPH", graph.to_str().expect("utf-8"))
+        .replace("BASE_URL", &server.base_url())
+        .replace(
+            "judge_contradictions = false",
+            &format!("judge_contradictions = false\n{resolve}"),
+        );
+    let spec = PipelineSpec::from_toml(&text, &dir.path().join("people.toml")).expect("spec");
+    let store =
+        GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
+    Fixture {
+        _dir: dir,
+        server,
+        spec,
+        store,
+        batches,
+    }
+}
+
 /// Person nodes as sorted lists of their records' ids.
 async fn people(store: &GraphStore) -> Vec<Vec<String>> {
     let rows = query(
@@ -183,43 +225,29 @@ async fn people(store: &GraphStore) -> Vec<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn person_records_merge_by_field_evidence_and_a_shared_name_alone_never_merges() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    for (d, text) in [(&one, first_batch()), (&two, second_batch())] {
-        std::fs::create_dir_all(d).expect("mkdir");
-        std::fs::write(d.join("people.jsonl"), text).expect("write records");
-    }
-    let server = TestServer::start(Behavior::default())
-        .await
-        .expect("server");
-    let graph = dir.path().join("graph");
-    let text = SPEC
-        .replace("SOURCE", one.to_str().expect("utf-8"))
-        .replace("GRAPH", graph.to_str().expect("utf-8"))
-        .replace("BASE_URL", &server.base_url());
-    let spec = PipelineSpec::from_toml(&text, &dir.path().join("people.toml")).expect("spec");
-    let store =
-        GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
+    let f = fixture("").await;
+    let (spec, store, server) = (&f.spec, &f.store, &f.server);
+    let (one, two) = (&f.batches[0], &f.batches[1]);
 
-    let first = run(&spec, &store, &one).await;
+    let first = run(spec, store, one).await;
     assert_eq!(first.episodes_mapped, 5);
     assert_eq!(first.episodes_added, 5);
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     assert_eq!(
-        people(&store).await,
+        people(store).await,
         vec![s(&["p1", "p2", "p3"]), s(&["p4"]), s(&["p5"])],
         "typo and swapped names merge; the other John Smith stays apart"
     );
     // The type without a linkage resolves by name as always.
-    let companies = query(&store, "SELECT name FROM nodes WHERE type = 'Company'").await;
+    let companies = query(store, "SELECT name FROM nodes WHERE type = 'Company'").await;
     assert_eq!(companies.len(), 1, "{companies:?}");
 
     // A later run links each record to the right committed node, though
     // two committed nodes share its name.
-    let second = run(&spec, &store, &two).await;
+    let second = run(spec, store, two).await;
     assert_eq!(second.episodes_added, 3);
     assert_eq!(
-        people(&store).await,
+        people(store).await,
         vec![
             s(&["p1", "p2", "p3"]),
             s(&["p4", "p6"]),
@@ -233,30 +261,13 @@ async fn person_records_merge_by_field_evidence_and_a_shared_name_alone_never_me
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mentions_of_a_linked_type_are_not_embedded_for_embedding_candidates() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let one = dir.path().join("one");
-    std::fs::create_dir_all(&one).expect("mkdir");
-    std::fs::write(one.join("people.jsonl"), first_batch()).expect("write records");
-    let server = TestServer::start(Behavior::default())
-        .await
-        .expect("server");
-    let graph = dir.path().join("graph");
-    let text = SPEC
-        .replace("SOURCE", one.to_str().expect("utf-8"))
-        .replace("GRAPH", graph.to_str().expect("utf-8"))
-        .replace("BASE_URL", &server.base_url())
-        .replace(
-            "judge_contradictions = false",
-            "judge_contradictions = false\nembedding_candidates = true",
-        );
-    let spec = PipelineSpec::from_toml(&text, &dir.path().join("people.toml")).expect("spec");
-    let store =
-        GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
-    let report = run(&spec, &store, &one).await;
+    let f = fixture("embedding_candidates = true").await;
+    let (spec, store, server, one) = (&f.spec, &f.store, &f.server, &f.batches[0]);
+    let report = run(spec, store, one).await;
     assert_eq!(report.episodes_added, 5);
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     assert_eq!(
-        people(&store).await,
+        people(store).await,
         vec![s(&["p1", "p2", "p3"]), s(&["p4"]), s(&["p5"])],
         "linkage decides as without embeddings"
     );
