@@ -261,10 +261,9 @@ fn probe_batches(
     mentions: &[MentionKey],
     vectors: &[Option<Arc<[f32]>>],
     bits: usize,
-    linked_types: &[String],
+    spec: &ResolveSpec,
 ) -> Result<Vec<RecordBatch>, DataFusionError> {
     use rayon::prelude::*;
-    let linked = |m: &MentionKey| m.chain.iter().any(|t| linked_types.contains(t));
     // Hashing is the CPU-heavy part (a dot product per signature bit).
     vectors
         .par_chunks(PROBE_BATCH_MENTIONS)
@@ -275,7 +274,7 @@ fn probe_batches(
                 .iter()
                 .enumerate()
                 .map(|(i, v)| match v {
-                    Some(v) if !linked(&mentions[first + i]) => &v[..],
+                    Some(v) if !spec.is_linked(&mentions[first + i].chain) => &v[..],
                     _ => &[][..],
                 })
                 .collect();
@@ -345,8 +344,7 @@ pub(super) async fn embedding_pairs(
     for f in udfs(bands, band_bits) {
         ctx.register_udf(f);
     }
-    let linked_types: Vec<String> = spec.linkage.iter().map(|l| l.entity_type.clone()).collect();
-    let batches = probe_batches(mentions, vectors, bands * band_bits, &linked_types)
+    let batches = probe_batches(mentions, vectors, bands * band_bits, spec)
         .map_err(|e| e.context("the probing mentions' signatures"))?;
     let probes: usize = batches.iter().map(RecordBatch::num_rows).sum();
     super::entities::register_batches(ctx, PROBES_TABLE, probes_schema(), batches)

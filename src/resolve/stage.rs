@@ -246,12 +246,7 @@ async fn mention_vectors(
 ) -> Vec<Option<Arc<[f32]>>> {
     // Types with a record-linkage rule are matched by it alone: their
     // mentions (often thousands of mapped records) are not embedded.
-    let linked = |k: &MentionKey| {
-        cx.spec
-            .linkage
-            .iter()
-            .any(|l| k.chain.contains(&l.entity_type))
-    };
+    let linked = |k: &MentionKey| cx.spec.is_linked(&k.chain);
     let names: Vec<String> = keys
         .iter()
         .filter(|k| !linked(k))

@@ -352,6 +352,13 @@ impl Default for ResolveSpec {
 }
 
 impl ResolveSpec {
+    /// Whether a type chain falls under a `[[resolve.linkage]]` rule (its
+    /// type or an ancestor is a rule's type): such mentions are matched by
+    /// that rule alone.
+    pub fn is_linked(&self, chain: &[String]) -> bool {
+        self.linkage.iter().any(|l| chain.contains(&l.entity_type))
+    }
+
     /// Problems with the values, as (key, message) pairs.
     pub fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
