@@ -252,7 +252,8 @@ struct EntityRule {
     /// A type template: constant for most mappings, a field for records
     /// that say their own type.
     entity_type: Template,
-    name: Template,
+    /// `name`, then its fallbacks.
+    names: Vec<Template>,
     properties: Vec<(String, String)>,
     optional: bool,
     each: Option<String>,
@@ -431,10 +432,19 @@ impl Mapping {
         context: &str,
         out: &mut Mapped,
     ) -> std::result::Result<Option<usize>, String> {
-        let rendered = rule
-            .entity_type
-            .render(record)
-            .and_then(|t| rule.name.render(record).map(|n| (t, n)));
+        let rendered = rule.entity_type.render(record).and_then(|t| {
+            // The first template that renders a name; else the first
+            // one's outcome, for its error.
+            let mut tries = rule.names.iter().map(|n| n.render(record));
+            let first = tries.next().expect("a rule has a name template");
+            if matches!(&first, Ok(n) if !n.is_empty()) {
+                return first.map(|n| (t, n));
+            }
+            match tries.find(|r| matches!(r, Ok(n) if !n.is_empty())) {
+                Some(found) => found.map(|n| (t, n)),
+                None => first.map(|n| (t, n)),
+            }
+        });
         let (type_name, name) = match rendered {
             Ok((_, n)) if n.is_empty() && rule.optional => return Ok(None),
             Ok(tn) => tn,
@@ -691,9 +701,21 @@ fn compile_entity(
         issue(format!("{path}.id"), "must not be empty".into());
         ok = false;
     }
-    let name = Template::parse(&e.name)
-        .map_err(|m| issue(format!("{path}.name"), m))
-        .ok();
+    let mut names = Vec::new();
+    for (key, text) in std::iter::once(("name".to_string(), &e.name)).chain(
+        e.name_fallback
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("name_fallback[{i}]"), t)),
+    ) {
+        match Template::parse(text) {
+            Ok(t) => names.push(t),
+            Err(m) => {
+                issue(format!("{path}.{key}"), m);
+                ok = false;
+            }
+        }
+    }
     let entity_type = Template::parse(&e.entity_type)
         .map_err(|m| issue(format!("{path}.type"), m))
         .ok();
@@ -749,7 +771,7 @@ fn compile_entity(
     Some(EntityRule {
         id: e.id.clone(),
         entity_type: entity_type?,
-        name: name?,
+        names,
         properties: e
             .properties
             .iter()
@@ -873,6 +895,59 @@ mod tests {
         let missing = Template::parse("{vendor}").expect("parses");
         let err = missing.render(record).expect_err("no vendor");
         assert_eq!(err.field, "vendor");
+    }
+
+    #[test]
+    fn a_name_fallback_names_records_whose_name_fields_are_missing() {
+        let spec: crate::spec::PipelineSpec = toml::from_str(
+            r#"
+            [source]
+            url = "file:///tmp/in/"
+            [output]
+            graph = "file:///tmp/g/"
+            [llm]
+            base_url = "http://127.0.0.1:9/v1"
+            model = "none"
+            [ontology]
+            strict = true
+            [[ontology.entity_types]]
+            name = "Person"
+            description = "A person."
+            [[mapping]]
+            [[mapping.entities]]
+            id = "p"
+            type = "Person"
+            name = "{given?} {surname?}"
+            name_fallback = ["{nick}", "person {ssn}"]
+            "#,
+        )
+        .expect("spec");
+        let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
+        let mappings = Mappings::compile(&spec.mapping, &ontology).expect("compiles");
+        let name_of = |record: serde_json::Value| {
+            let episode = Episode {
+                episode_id: "e".into(),
+                source_id: None,
+                group_id: "g".into(),
+                document_id: None,
+                source_uri: "file:///tmp/in/r.jsonl#L1".into(),
+                source_description: None,
+                kind: EpisodeKind::Json,
+                content: record.to_string(),
+                reference_time: chrono::Utc::now(),
+                reference_time_source: "field".into(),
+                order: (0, 0),
+            };
+            let (m, record) = mappings.find(&episode).expect("applies");
+            m.apply(&ontology, &episode, &record)
+                .map(|out| out.mentions[0].name.clone())
+        };
+        let named = name_of(serde_json::json!({"given": "Ada", "surname": "Ng", "ssn": "7"}));
+        assert_eq!(named.as_deref(), Ok("Ada Ng"));
+        let by_ssn = name_of(serde_json::json!({"ssn": "7"}));
+        assert_eq!(by_ssn.as_deref(), Ok("person 7"), "{{nick}} is missing");
+        let none = name_of(serde_json::json!({"other": 1}));
+        assert!(none.is_err_and(|e| e.contains("the name is empty")));
     }
 
     #[test]

@@ -314,7 +314,7 @@ pub async fn neighbours(
     vectors: &[Option<Arc<[f32]>>],
     spec: &ResolveSpec,
 ) -> Result<Vec<Pair>, DataFusionError> {
-    super::entities::register_udfs(ctx, spec, &std::collections::BTreeMap::new(), mentions);
+    super::entities::register_udfs(ctx, spec, &std::collections::BTreeMap::new());
     let mut out = Vec::new();
     embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await?;
     Ok(out)

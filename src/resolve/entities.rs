@@ -510,7 +510,7 @@ pub async fn candidates(
         }
     }
     if !spec.linkage.is_empty() {
-        super::linkage::linkage_pairs(ctx, nodes, &mut out).await?;
+        super::linkage::linkage_pairs(ctx, nodes, &spec.linkage, mentions, &mut out).await?;
     }
     if spec.embedding_candidates {
         super::embedding::embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await?;
@@ -589,13 +589,12 @@ async fn materialize_inner(
 }
 
 /// Registers the resolution UDFs ([`udfs`]) and the record-linkage UDFs
-/// of `spec.linkage` over `mentions` (the distinct mentions, as the
-/// mentions table lays them out) on `ctx`.
+/// that read a row's rule alone ([`super::linkage::udfs`]) on `ctx`; the
+/// pair-scoring ones come with the linkage candidates.
 pub(super) fn register_udfs(
     ctx: &SessionContext,
     spec: &ResolveSpec,
     identity: &BTreeMap<String, Vec<String>>,
-    mentions: &[MentionKey],
 ) {
     let linkages: Vec<super::linkage::Linkage> = spec
         .linkage
@@ -604,7 +603,7 @@ pub(super) fn register_udfs(
         .collect();
     for f in udfs(spec, identity)
         .into_iter()
-        .chain(super::linkage::udfs(&linkages, mentions))
+        .chain(super::linkage::udfs(&linkages))
     {
         ctx.register_udf(f);
     }
@@ -1291,7 +1290,7 @@ pub async fn resolve_entities(
     }
     let distinct: Vec<MentionKey> = first.iter().map(|&i| all_mentions[i].clone()).collect();
     let mentions = distinct.as_slice();
-    register_udfs(ctx, spec, identity, mentions);
+    register_udfs(ctx, spec, identity);
     tracing::debug!(
         "{} mentions, {} distinct",
         all_mentions.len(),

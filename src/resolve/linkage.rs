@@ -9,7 +9,9 @@
 //!   group and the rule, so one equi-join finds the pairs of every rule;
 //!   keys shared by more than `max_block` rows are skipped.
 //! * **scoring**: the weighted mean of the field comparisons both sides
-//!   have a value for ([`Linkage::score`]).
+//!   have a value for, or with `model = "probabilistic"` the
+//!   Fellegi-Sunter match probability, trained on the run's candidate
+//!   pairs before they are scored ([`super::probabilistic`]).
 //!
 //! A type with a linkage is matched by it alone: its mentions take no part
 //! in the name, identity, fuzzy and partial joins as probes (they would
@@ -18,10 +20,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListArray, ListBuilder,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, ListBuilder, PrimitiveArray,
     StringBuilder,
 };
-use arrow::datatypes::DataType;
+use arrow::datatypes::{ArrowPrimitiveType, DataType};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
@@ -31,7 +33,10 @@ use super::entities::{
     Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, list_of, materialize, string_lists,
     strings,
 };
-use crate::spec::resolve::{CompareMethod, CompareSpec, LinkageSpec, parse_block_key};
+use super::probabilistic::{self, Model, NULL_LEVEL};
+use crate::spec::resolve::{
+    CompareMethod, CompareSpec, LinkageModel, LinkageSpec, parse_block_key,
+};
 use crate::text::{name_similarity, normalize_name};
 
 /// One `[[resolve.linkage]]`, ready to key and score.
@@ -47,6 +52,10 @@ pub struct Linkage {
     pub grey: f64,
     min_fields: usize,
     max_block: usize,
+    model: LinkageModel,
+    u_sample_pairs: usize,
+    /// The probabilistic model once trained on a run's records.
+    trained: Option<Arc<Model>>,
 }
 
 impl Linkage {
@@ -65,7 +74,58 @@ impl Linkage {
             grey: spec.grey_band_min.unwrap_or(spec.threshold),
             min_fields: spec.min_fields,
             max_block: spec.max_block,
+            model: spec.model,
+            u_sample_pairs: spec.u_sample_pairs,
+            trained: None,
         }
+    }
+
+    /// The rule with a trained probabilistic model.
+    pub fn with_model(&self, model: Model) -> Self {
+        Linkage {
+            trained: Some(Arc::new(model)),
+            ..self.clone()
+        }
+    }
+
+    /// Its trained probabilistic model, if any.
+    pub fn trained(&self) -> Option<&Model> {
+        self.trained.as_deref()
+    }
+
+    /// Whether the rule scores with the probabilistic model.
+    pub fn is_probabilistic(&self) -> bool {
+        self.model == LinkageModel::Probabilistic
+    }
+
+    /// The level of each comparison for two rows ([`NULL_LEVEL`] where a
+    /// side has no value), packed; None with fewer than `min_fields`
+    /// comparisons made.
+    pub fn pattern(
+        &self,
+        a: (&str, &Map<String, Value>),
+        b: (&str, &Map<String, Value>),
+    ) -> Option<u64> {
+        let mut made = 0;
+        let levels = self.compare.iter().map(|c| {
+            match (value(a.0, a.1, &c.field), value(b.0, b.1, &c.field)) {
+                (Some(x), Some(y)) => {
+                    made += 1;
+                    probabilistic::level(c, &x, &y)
+                }
+                _ => NULL_LEVEL,
+            }
+        });
+        let p = probabilistic::pack(levels);
+        (made >= self.min_fields).then_some(p)
+    }
+
+    /// Each comparison's value in one row (a pool row for u sampling).
+    fn values(&self, name: &str, attributes: &Map<String, Value>) -> Vec<Option<String>> {
+        self.compare
+            .iter()
+            .map(|c| value(name, attributes, &c.field))
+            .collect()
     }
 
     /// The blocking keys of one row, without salt: `<rule>\x1f<values>`.
@@ -92,10 +152,17 @@ impl Linkage {
         out
     }
 
-    /// The score of two rows (name and attributes each): the weighted mean
-    /// of the comparisons whose field both have, 0 with fewer than
-    /// `min_fields` of them.
+    /// The score of two rows (name and attributes each), 0 with fewer
+    /// than `min_fields` comparisons both have a value for: the weighted
+    /// mean of the comparisons, or the match probability of the trained
+    /// probabilistic model (0 before training).
     pub fn score(&self, a: (&str, &Map<String, Value>), b: (&str, &Map<String, Value>)) -> f64 {
+        if self.is_probabilistic() {
+            return match (self.trained(), self.pattern(a, b)) {
+                (Some(model), Some(p)) => model.probability(p),
+                _ => 0.0,
+            };
+        }
         let (mut sum, mut weight, mut fields) = (0.0, 0.0, 0usize);
         for c in &self.compare {
             let (Some(x), Some(y)) = (value(a.0, a.1, &c.field), value(b.0, b.1, &c.field)) else {
@@ -171,7 +238,7 @@ pub fn similarity(method: CompareMethod, a: &str, b: &str) -> f64 {
 
 /// The eight digits `YYYYMMDD` of a date written `YYYY-MM-DD`, `YYYYMMDD`
 /// or as an RFC 3339 time.
-fn date_digits(s: &str) -> Option<String> {
+pub(super) fn date_digits(s: &str) -> Option<String> {
     let s = s.trim();
     let head = if s.len() >= 10 && s.as_bytes()[4] == b'-' {
         s.get(..10)?.replace('-', "")
@@ -212,107 +279,101 @@ fn attributes_of(text: Option<&str>) -> Map<String, Value> {
 /// and attributes.
 type LinkedRow = (usize, String, Map<String, Value>);
 
+/// The run's mentions as the pair UDFs read them: `Some` for each mention
+/// under a rule, parsed once. Pairs are scored by mention id, so the joins
+/// carry ids, not the mentions' attribute texts (a million mentions'
+/// pairs with both sides' JSON overflowed a string column's 2 GiB
+/// offsets).
+fn linked_rows(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<Option<LinkedRow>> {
+    mentions
+        .iter()
+        .map(|m| {
+            let at = rule_of(linkages, m.chain.iter().map(String::as_str))?;
+            Some((at, m.name.clone(), attributes_of(Some(&m.attributes))))
+        })
+        .collect()
+}
+
 fn ids(a: &ArrayRef) -> Result<Int64Array, DataFusionError> {
     let a = arrow::compute::cast(a, &DataType::Int64)?;
     Ok(a.as_primitive::<arrow::datatypes::Int64Type>().clone())
 }
 
+/// What a pair UDF computes for two rows of one rule.
+type PairFn<T> = dyn Fn(usize, &Linkage, (&str, &Map<String, Value>), (&str, &Map<String, Value>)) -> Option<T>
+    + Send
+    + Sync;
+
+/// `name(a, b)`: `f` over two of the run's mentions by position.
+fn mention_pair_udf<T: ArrowPrimitiveType>(
+    name: &str,
+    all: &Arc<Vec<Linkage>>,
+    rows: &Arc<Vec<Option<LinkedRow>>>,
+    f: Arc<PairFn<T::Native>>,
+) -> ScalarUDF {
+    let (all, rows) = (Arc::clone(all), Arc::clone(rows));
+    create_udf(
+        name,
+        vec![DataType::Int64, DataType::Int64],
+        T::DATA_TYPE,
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let (a, b) = (ids(&arrays[0])?, ids(&arrays[1])?);
+            let row = |i: i64| rows.get(usize::try_from(i).ok()?)?.as_ref();
+            let out: PrimitiveArray<T> = a
+                .iter()
+                .zip(b.iter())
+                .map(|(x, y)| {
+                    let ((at, na, aa), (_, nb, ab)) = (row(x?)?, row(y?)?);
+                    f(*at, &all[*at], (na, aa), (nb, ab))
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    )
+}
+
+/// `name(mention, name, attributes)`: `f` over a mention and a node's name
+/// and attributes.
+fn node_pair_udf<T: ArrowPrimitiveType>(
+    name: &str,
+    all: &Arc<Vec<Linkage>>,
+    rows: &Arc<Vec<Option<LinkedRow>>>,
+    f: Arc<PairFn<T::Native>>,
+) -> ScalarUDF {
+    let (all, rows) = (Arc::clone(all), Arc::clone(rows));
+    create_udf(
+        name,
+        vec![DataType::Int64, DataType::Utf8, DataType::Utf8],
+        T::DATA_TYPE,
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let a = ids(&arrays[0])?;
+            let (names, attrs) = (strings(&arrays[1])?, strings(&arrays[2])?);
+            let (names, attrs) = (names.as_string::<i32>(), attrs.as_string::<i32>());
+            let out: PrimitiveArray<T> = (0..a.len())
+                .map(|i| {
+                    let (at, na, aa) = rows
+                        .get(usize::try_from(a.is_valid(i).then(|| a.value(i))?).ok()?)?
+                        .as_ref()?;
+                    let nb = names.is_valid(i).then(|| names.value(i))?;
+                    let ab = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
+                    f(*at, &all[*at], (na, aa), (nb, &ab))
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    )
+}
+
+/// The UDFs that read a row's rule alone:
 /// `linkage_of(labels)` (index of the row's rule, null for none),
-/// `linkage_keys(labels, group, name, attributes)` (salted keys),
-/// `linkage_cap(key)` (the key's `max_block`),
-/// `linkage_score_mentions(a, b)` (two of the run's `mentions` by
-/// position) and `linkage_score_node(mention, name, attributes)` (a
-/// mention against a node's name and attributes), both null below the
-/// rule's grey band, and `linkage_sure(mention, score)` (true at or above
-/// the mention's threshold, false in its grey band).
-pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
+/// `linkage_keys(labels, group, name, attributes)` (salted keys) and
+/// `linkage_cap(key)` (the key's `max_block`).
+pub fn udfs(linkages: &[Linkage]) -> Vec<ScalarUDF> {
     let all = Arc::new(linkages.to_vec());
-    // The run's linked mentions, parsed once: pairs are scored by mention
-    // id, so the joins carry ids, not the mentions' attribute texts (a
-    // million mentions' pairs with both sides' JSON overflowed a string
-    // column's 2 GiB offsets).
-    let rows: Arc<Vec<Option<LinkedRow>>> = Arc::new(
-        mentions
-            .iter()
-            .map(|m| {
-                let at = rule_of(&all, m.chain.iter().map(String::as_str))?;
-                Some((at, m.name.clone(), attributes_of(Some(&m.attributes))))
-            })
-            .collect(),
-    );
-    let mentions_udf = {
-        let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
-        create_udf(
-            "linkage_score_mentions",
-            vec![DataType::Int64, DataType::Int64],
-            DataType::Float64,
-            Volatility::Immutable,
-            Arc::new(move |args: &[ColumnarValue]| {
-                let arrays = ColumnarValue::values_to_arrays(args)?;
-                let (a, b) = (ids(&arrays[0])?, ids(&arrays[1])?);
-                let row = |i: i64| rows.get(usize::try_from(i).ok()?)?.as_ref();
-                let out: Float64Array = a
-                    .iter()
-                    .zip(b.iter())
-                    .map(|(x, y)| {
-                        let ((at, na, aa), (_, nb, ab)) = (row(x?)?, row(y?)?);
-                        grey_or_above(&all[*at], (na, aa), (nb, ab))
-                    })
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }),
-        )
-    };
-    let node_udf = {
-        let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
-        create_udf(
-            "linkage_score_node",
-            vec![DataType::Int64, DataType::Utf8, DataType::Utf8],
-            DataType::Float64,
-            Volatility::Immutable,
-            Arc::new(move |args: &[ColumnarValue]| {
-                let arrays = ColumnarValue::values_to_arrays(args)?;
-                let a = ids(&arrays[0])?;
-                let (names, attrs) = (strings(&arrays[1])?, strings(&arrays[2])?);
-                let (names, attrs) = (names.as_string::<i32>(), attrs.as_string::<i32>());
-                let out: Float64Array = (0..a.len())
-                    .map(|i| {
-                        let (at, na, aa) = rows
-                            .get(usize::try_from(a.is_valid(i).then(|| a.value(i))?).ok()?)?
-                            .as_ref()?;
-                        let nb = names.is_valid(i).then(|| names.value(i))?;
-                        let ab = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
-                        grey_or_above(&all[*at], (na, aa), (nb, &ab))
-                    })
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }),
-        )
-    };
-    let sure = {
-        let (all, rows) = (Arc::clone(&all), Arc::clone(&rows));
-        create_udf(
-            "linkage_sure",
-            vec![DataType::Int64, DataType::Float64],
-            DataType::Boolean,
-            Volatility::Immutable,
-            Arc::new(move |args: &[ColumnarValue]| {
-                let arrays = ColumnarValue::values_to_arrays(args)?;
-                let a = ids(&arrays[0])?;
-                let scores = arrow::compute::cast(&arrays[1], &DataType::Float64)?;
-                let scores = scores.as_primitive::<arrow::datatypes::Float64Type>();
-                let out: BooleanArray = a
-                    .iter()
-                    .zip(scores.iter())
-                    .map(|(m, s)| {
-                        let (at, ..) = rows.get(usize::try_from(m?).ok()?)?.as_ref()?;
-                        Some(s? >= all[*at].threshold)
-                    })
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }),
-        )
-    };
     let of = {
         let all = Arc::clone(&all);
         create_udf(
@@ -406,7 +467,59 @@ pub fn udfs(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<ScalarUDF> {
             }),
         )
     };
-    vec![of, keys, cap, mentions_udf, node_udf, sure]
+    vec![of, keys, cap]
+}
+
+/// The pair UDFs over the run's mentions (`rows`, from [`linked_rows`]):
+/// `linkage_score_mentions(a, b)` (two mentions by position) and
+/// `linkage_score_node(mention, name, attributes)` (a mention against a
+/// node), both null below the rule's grey band;
+/// `linkage_pattern_mentions` and `linkage_pattern_node` (same arguments:
+/// the rule's index in the top byte and the pair's levels below, null for
+/// weighted rules and below `min_fields`); and
+/// `linkage_sure(mention, score)` (true at or above the mention's
+/// threshold, false in its grey band).
+fn pair_udfs(linkages: &[Linkage], rows: &Arc<Vec<Option<LinkedRow>>>) -> Vec<ScalarUDF> {
+    use arrow::datatypes::{Float64Type, Int64Type};
+    let all = Arc::new(linkages.to_vec());
+    let score: Arc<PairFn<f64>> = Arc::new(|_, l, a, b| grey_or_above(l, a, b));
+    let pattern: Arc<PairFn<i64>> = Arc::new(|at, l, a, b| {
+        if !l.is_probabilistic() {
+            return None;
+        }
+        Some(((at as i64) << 56) | l.pattern(a, b)? as i64)
+    });
+    let sure = {
+        let (all, rows) = (Arc::clone(&all), Arc::clone(rows));
+        create_udf(
+            "linkage_sure",
+            vec![DataType::Int64, DataType::Float64],
+            DataType::Boolean,
+            Volatility::Immutable,
+            Arc::new(move |args: &[ColumnarValue]| {
+                let arrays = ColumnarValue::values_to_arrays(args)?;
+                let a = ids(&arrays[0])?;
+                let scores = arrow::compute::cast(&arrays[1], &DataType::Float64)?;
+                let scores = scores.as_primitive::<arrow::datatypes::Float64Type>();
+                let out: BooleanArray = a
+                    .iter()
+                    .zip(scores.iter())
+                    .map(|(m, s)| {
+                        let (at, ..) = rows.get(usize::try_from(m?).ok()?)?.as_ref()?;
+                        Some(s? >= all[*at].threshold)
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
+    vec![
+        mention_pair_udf::<Float64Type>("linkage_score_mentions", &all, rows, Arc::clone(&score)),
+        node_pair_udf::<Float64Type>("linkage_score_node", &all, rows, score),
+        mention_pair_udf::<Int64Type>("linkage_pattern_mentions", &all, rows, Arc::clone(&pattern)),
+        node_pair_udf::<Int64Type>("linkage_pattern_node", &all, rows, pattern),
+        sure,
+    ]
 }
 
 /// A pair's score, or None below the rule's grey band (the plan then drops
@@ -420,18 +533,44 @@ fn grey_or_above(
     (s >= l.grey).then_some(s)
 }
 
+const PK: &str = "resolve_probe_keys";
+const TK: &str = "resolve_target_keys";
+
+/// The candidate pairs among the run's mentions (`mention_id < target`),
+/// as the CTEs `small` and `pairs`.
+fn mention_pairs_sql() -> String {
+    format!(
+        "small AS (SELECT k FROM {PK} GROUP BY k HAVING count(*) <= linkage_cap(k)), \
+         pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
+           FROM {PK} p JOIN small ON p.k = small.k JOIN {PK} t ON p.k = t.k WHERE p.id < t.id)"
+    )
+}
+
+/// The candidate pairs of a run's mention and a committed node (its
+/// `short_id` as `target`), as the CTEs `small` and `pairs`.
+fn node_pairs_sql() -> String {
+    format!(
+        "small AS (SELECT k FROM (SELECT k FROM {PK} UNION ALL SELECT k FROM {TK}) \
+           GROUP BY k HAVING count(*) <= linkage_cap(k)), \
+         pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
+           FROM {PK} p JOIN small ON p.k = small.k JOIN {TK} t ON p.k = t.k)"
+    )
+}
+
 /// Candidate pairs of the run's linked mentions against the committed
 /// `nodes` and against each other, scored: [`Kind::Linked`] at or above
 /// the rule's threshold, [`Kind::LinkGrey`] in its grey band, lower scores
-/// dropped. The UDFs of [`udfs`] and of the entity module must be
-/// registered on `ctx`.
+/// dropped. Probabilistic rules are trained on these candidates first.
+/// The UDFs of [`udfs`] and of the entity module must be registered on
+/// `ctx`; `mentions` are the run's distinct mentions, as the mentions
+/// table lays them out.
 pub(super) async fn linkage_pairs(
     ctx: &SessionContext,
     nodes: &str,
+    specs: &[LinkageSpec],
+    mentions: &[MentionKey],
     out: &mut Vec<Pair>,
 ) -> Result<(), DataFusionError> {
-    const PK: &str = "resolve_probe_keys";
-    const TK: &str = "resolve_target_keys";
     let m = MENTIONS_TABLE;
     materialize(
         ctx,
@@ -452,6 +591,17 @@ pub(super) async fn linkage_pairs(
         ),
     )
     .await?;
+    let mut linkages: Vec<Linkage> = specs.iter().map(Linkage::new).collect();
+    let rows = Arc::new(linked_rows(&linkages, mentions));
+    for f in pair_udfs(&linkages, &rows) {
+        ctx.register_udf(f);
+    }
+    if linkages.iter().any(Linkage::is_probabilistic) {
+        linkages = train(ctx, nodes, &linkages, &rows).await?;
+        for f in pair_udfs(&linkages, &rows) {
+            ctx.register_udf(f);
+        }
+    }
     for is_mention in [false, true] {
         let started = std::time::Instant::now();
         let before = out.len();
@@ -459,23 +609,19 @@ pub(super) async fn linkage_pairs(
         // above a grey band get the texts the rules and prompts need.
         let sql = if is_mention {
             format!(
-                "WITH small AS (SELECT k FROM {PK} GROUP BY k HAVING count(*) <= linkage_cap(k)), \
-                 pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
-                   FROM {PK} p JOIN small ON p.k = small.k JOIN {PK} t ON p.k = t.k WHERE p.id < t.id), \
+                "WITH {}, \
                  kept AS (SELECT mention_id, target, linkage_score_mentions(mention_id, target) AS score \
                    FROM pairs WHERE linkage_score_mentions(mention_id, target) IS NOT NULL) \
                  SELECT kept.mention_id, kept.target, kept.score, CAST(1 AS BIGINT) AS n, s.name, s.labels, \
                    identity_keys(s.type, s.attributes) AS ids, linkage_sure(kept.mention_id, kept.score) AS sure \
                  FROM kept JOIN {m} mm ON mm.mention_id = kept.mention_id \
                  JOIN {m} s ON s.mention_id = kept.target \
-                 WHERE chains_compatible(mm.labels, s.labels)"
+                 WHERE chains_compatible(mm.labels, s.labels)",
+                mention_pairs_sql()
             )
         } else {
             format!(
-                "WITH small AS (SELECT k FROM (SELECT k FROM {PK} UNION ALL SELECT k FROM {TK}) \
-                   GROUP BY k HAVING count(*) <= linkage_cap(k)), \
-                 pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
-                   FROM {PK} p JOIN small ON p.k = small.k JOIN {TK} t ON p.k = t.k), \
+                "WITH {}, \
                  c AS (SELECT pairs.mention_id, pairs.target, \
                    linkage_score_node(pairs.mention_id, s.name, s.attributes) AS score, \
                    s.name, s.labels, s.type, s.attributes \
@@ -485,7 +631,8 @@ pub(super) async fn linkage_pairs(
                    WHERE chains_compatible(mm.labels, s.labels)) \
                  SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
                    identity_keys(type, attributes) AS ids, linkage_sure(mention_id, score) AS sure \
-                 FROM c WHERE score IS NOT NULL"
+                 FROM c WHERE score IS NOT NULL",
+                node_pairs_sql()
             )
         };
         let side = if is_mention {
@@ -493,11 +640,10 @@ pub(super) async fn linkage_pairs(
         } else {
             nodes
         };
-        let batches = match ctx.sql(&sql).await {
-            Ok(frame) => frame.collect().await,
-            Err(e) => Err(e),
-        }
-        .map_err(|e| e.context(format!("record-linkage candidate join against {side}")))?;
+        let batches = collect(ctx, &sql, || {
+            format!("record-linkage candidate join against {side}")
+        })
+        .await?;
         for b in &batches {
             let first = out.len();
             decode_pairs(b, Kind::Linked, is_mention, out)?;
@@ -517,6 +663,195 @@ pub(super) async fn linkage_pairs(
     let _ = ctx.deregister_table(PK);
     let _ = ctx.deregister_table(TK);
     Ok(())
+}
+
+async fn collect(
+    ctx: &SessionContext,
+    sql: &str,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<arrow::record_batch::RecordBatch>, DataFusionError> {
+    match ctx.sql(sql).await {
+        Ok(frame) => frame.collect().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| e.context(what()))
+}
+
+/// Records per rule drawn for u sampling (half from the run's mentions,
+/// half from committed nodes, when both have that many).
+const U_POOL: usize = 5000;
+
+/// The probabilistic rules of `linkages` trained on the run: u from random
+/// pairs of their records, m and the prior by EM over the pattern counts
+/// of the candidate pairs (both against `nodes` and among the mentions).
+async fn train(
+    ctx: &SessionContext,
+    nodes: &str,
+    linkages: &[Linkage],
+    rows: &[Option<LinkedRow>],
+) -> Result<Vec<Linkage>, DataFusionError> {
+    let started = std::time::Instant::now();
+    let m = MENTIONS_TABLE;
+    let mut counts: Vec<Vec<(u64, u64)>> = vec![Vec::new(); linkages.len()];
+    for (sql, side) in [
+        (
+            format!(
+                "WITH {} SELECT pat, count(*) AS n FROM ( \
+                   SELECT linkage_pattern_mentions(pairs.mention_id, pairs.target) AS pat FROM pairs \
+                   JOIN {m} mm ON mm.mention_id = pairs.mention_id JOIN {m} s ON s.mention_id = pairs.target \
+                   WHERE chains_compatible(mm.labels, s.labels)) WHERE pat IS NOT NULL GROUP BY pat",
+                mention_pairs_sql()
+            ),
+            "the run's mentions",
+        ),
+        (
+            format!(
+                "WITH {} SELECT pat, count(*) AS n FROM ( \
+                   SELECT linkage_pattern_node(pairs.mention_id, s.name, s.attributes) AS pat FROM pairs \
+                   JOIN {m} mm ON mm.mention_id = pairs.mention_id \
+                   JOIN (SELECT short_id AS target, name, labels, attributes FROM {nodes}) s \
+                     ON s.target = pairs.target \
+                   WHERE chains_compatible(mm.labels, s.labels)) WHERE pat IS NOT NULL GROUP BY pat",
+                node_pairs_sql()
+            ),
+            nodes,
+        ),
+    ] {
+        let batches = collect(ctx, &sql, || {
+            format!("counting the level patterns of the record-linkage candidates against {side}")
+        })
+        .await?;
+        for b in &batches {
+            let (pat, n) = (ids(b.column(0))?, ids(b.column(1))?);
+            for (p, n) in pat.iter().zip(n.iter()) {
+                let (Some(p), Some(n)) = (p, n) else { continue };
+                let (at, p) = ((p >> 56) as usize, (p as u64) & ((1 << 56) - 1));
+                if let Some(c) = counts.get_mut(at) {
+                    c.push((p, n as u64));
+                }
+            }
+        }
+    }
+    // Committed nodes per rule, and a sample of them for u.
+    let batches = collect(
+        ctx,
+        &format!(
+            "SELECT linkage_of(labels) AS r, count(*) AS n FROM {nodes} \
+             WHERE linkage_of(labels) IS NOT NULL GROUP BY 1"
+        ),
+        || format!("counting the record-linkage nodes of {nodes}"),
+    )
+    .await?;
+    let mut node_counts = vec![0usize; linkages.len()];
+    for b in &batches {
+        let (r, n) = (ids(b.column(0))?, ids(b.column(1))?);
+        for (r, n) in r.iter().zip(n.iter()) {
+            if let (Some(r), Some(n)) = (r, n)
+                && let Some(c) = node_counts.get_mut(r as usize)
+            {
+                *c = n as usize;
+            }
+        }
+    }
+    let mut mention_rows: Vec<Vec<&LinkedRow>> = vec![Vec::new(); linkages.len()];
+    for r in rows.iter().flatten() {
+        mention_rows[r.0].push(r);
+    }
+    // Mentions fill half of the pool, or more when there are few nodes.
+    let takes: Vec<(usize, usize)> = (0..linkages.len())
+        .map(|i| {
+            let (nm, nn) = (mention_rows[i].len(), node_counts[i]);
+            let from_mentions = nm.min((U_POOL / 2).max(U_POOL.saturating_sub(nn)));
+            (from_mentions, nn.min(U_POOL - from_mentions))
+        })
+        .collect();
+    let step = (0..linkages.len())
+        .filter(|&i| linkages[i].is_probabilistic() && takes[i].1 > 0)
+        .map(|i| node_counts[i].div_ceil(takes[i].1))
+        .min()
+        .unwrap_or(0);
+    let mut pools: Vec<Vec<Vec<Option<String>>>> = (0..linkages.len())
+        .map(|i| {
+            let (from_mentions, _) = takes[i];
+            let every = mention_rows[i].len().div_ceil(from_mentions.max(1)).max(1);
+            mention_rows[i]
+                .iter()
+                .step_by(every)
+                .map(|(_, name, attributes)| linkages[i].values(name, attributes))
+                .collect()
+        })
+        .collect();
+    if step > 0 {
+        let batches = collect(
+            ctx,
+            &format!(
+                "SELECT linkage_of(labels) AS r, name, attributes FROM {nodes} \
+                 WHERE linkage_of(labels) IS NOT NULL AND short_id % {step} = 0"
+            ),
+            || format!("sampling record-linkage nodes of {nodes}"),
+        )
+        .await?;
+        for b in &batches {
+            let r = ids(b.column(0))?;
+            let (names, attrs) = (strings(b.column(1))?, strings(b.column(2))?);
+            let (names, attrs) = (names.as_string::<i32>(), attrs.as_string::<i32>());
+            for i in 0..b.num_rows() {
+                let Some(at) = r.is_valid(i).then(|| r.value(i) as usize) else {
+                    continue;
+                };
+                if at < pools.len()
+                    && pools[at].len() < takes[at].0 + takes[at].1
+                    && names.is_valid(i)
+                {
+                    let a = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
+                    pools[at].push(linkages[at].values(names.value(i), &a));
+                }
+            }
+        }
+    }
+    let mut trained = linkages.to_vec();
+    for (i, l) in linkages.iter().enumerate() {
+        if !l.is_probabilistic() {
+            continue;
+        }
+        let (nm, nn) = (mention_rows[i].len() as f64, node_counts[i] as f64);
+        let total_pairs = nm * nn + nm * (nm - 1.0).max(0.0) / 2.0;
+        let u = probabilistic::estimate_u(&l.compare, &pools[i], l.u_sample_pairs);
+        let model = probabilistic::expectation_maximisation(
+            &l.compare,
+            &counts[i],
+            u,
+            total_pairs,
+            nm / 2.0,
+        );
+        tracing::info!(
+            "linkage {}: probabilistic model from {} candidate pairs ({} level patterns) and {} records for u; \
+             EM {} rounds, {:.0} matches expected, prior {:.3e}",
+            l.entity_type,
+            counts[i].iter().map(|(_, n)| n).sum::<u64>(),
+            counts[i].len(),
+            pools[i].len(),
+            model.rounds,
+            model.expected_matches,
+            model.prior
+        );
+        for (c, spec) in l.compare.iter().enumerate() {
+            tracing::debug!(
+                "linkage {} {} ({:?}): m {:?} u {:?}",
+                l.entity_type,
+                spec.field,
+                spec.method,
+                model.m[c],
+                model.u[c]
+            );
+        }
+        trained[i] = l.with_model(model);
+    }
+    tracing::debug!(
+        "linkage training took {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(trained)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod entities;
 pub mod facts;
 pub mod judge;
 pub mod linkage;
+pub mod probabilistic;
 pub mod stage;
 
 pub use facts::{FactResolution, resolve_facts};

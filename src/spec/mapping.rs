@@ -62,6 +62,11 @@ pub struct EntityMapSpec {
     /// Name template: text with `{field}` (or `{a.b}` for a nested field)
     /// placeholders; `{{` and `}}` write braces.
     pub name: String,
+    /// Templates tried in order when `name` lacks a field or renders
+    /// empty (`["{company}", "customer {customer_id}"]`); the first that
+    /// renders a name is used.
+    #[serde(default)]
+    pub name_fallback: Vec<String>,
     /// Property → field of the record. A missing or null field leaves the
     /// property out.
     #[serde(default)]

@@ -117,9 +117,13 @@ pub struct ResolveSpec {
 /// `[[resolve.linkage]]`: how mentions of one entity type (and its
 /// subtypes) are matched field by field.
 ///
-/// Score rule: the weighted mean of the comparisons whose field both sides
-/// have, `Σ wᵢ·sᵢ / Σ wᵢ`, each `sᵢ` in 0..=1; a pair with fewer than
-/// `min_fields` such fields scores 0. Pairs at or above `threshold` merge
+/// Score rule, `model = "weighted"`: the weighted mean of the comparisons
+/// whose field both sides have, `Σ wᵢ·sᵢ / Σ wᵢ`, each `sᵢ` in 0..=1.
+/// `model = "probabilistic"`: the Fellegi-Sunter match probability, each
+/// comparison cut into levels whose m and u probabilities are estimated
+/// from the run's own records (README "Record linkage"). Either way a pair
+/// with fewer than `min_fields` compared fields scores 0. Pairs at or
+/// above `threshold` merge
 /// (against committed nodes the best one, when it beats the rest), pairs in
 /// `[grey_band_min, threshold)` are ambiguous (LLM adjudication, or kept
 /// apart without it).
@@ -136,6 +140,14 @@ pub struct LinkageSpec {
     pub blocking: Vec<String>,
     /// The field comparisons.
     pub compare: Vec<CompareSpec>,
+    /// How the comparisons become a score.
+    #[serde(default)]
+    pub model: LinkageModel,
+    /// Random record pairs drawn to estimate the u probabilities of the
+    /// probabilistic model (how often two unrelated records agree at each
+    /// level).
+    #[serde(default = "default_u_sample_pairs")]
+    pub u_sample_pairs: usize,
     /// Score at or above which a pair merges.
     #[serde(default = "default_link_threshold")]
     pub threshold: f64,
@@ -151,6 +163,27 @@ pub struct LinkageSpec {
     /// find true pairs.
     #[serde(default = "default_max_block")]
     pub max_block: usize,
+}
+
+/// How a [`LinkageSpec`] turns its comparisons into a score.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkageModel {
+    /// The weighted mean of the similarities, weights from the spec.
+    #[default]
+    Weighted,
+    /// Fellegi-Sunter: each comparison's level (its `levels`) adds the
+    /// log-ratio of how often true matches and random pairs reach it; m
+    /// estimated by EM over the candidate pairs, u from random pairs.
+    Probabilistic,
+}
+
+/// Most comparisons a probabilistic rule can have (each pair's levels are
+/// packed into one 64-bit key, 4 bits each).
+pub const MAX_PROBABILISTIC_COMPARISONS: usize = 14;
+
+fn default_u_sample_pairs() -> usize {
+    1_000_000
 }
 
 fn default_link_threshold() -> f64 {
@@ -173,9 +206,14 @@ pub struct CompareSpec {
     pub field: String,
     /// How the two values are compared.
     pub method: CompareMethod,
-    /// Weight in the score (default 1).
+    /// Weight in the score (default 1; weighted model only).
     #[serde(default = "default_weight")]
     pub weight: f64,
+    /// Probabilistic model only: similarity thresholds, highest first,
+    /// that cut the comparison into levels (`[1.0, 0.92, 0.8]`: equal,
+    /// ≥ 0.92, ≥ 0.8, else). Absent: the method's default levels.
+    #[serde(default)]
+    pub levels: Option<Vec<f64>>,
 }
 
 fn default_weight() -> f64 {
@@ -233,6 +271,35 @@ impl LinkageSpec {
                 bad(
                     &format!("compare[{i}].weight"),
                     format!("must be a positive number, got {}", c.weight),
+                );
+            }
+            if let Some(levels) = &c.levels {
+                let ordered = levels.windows(2).all(|w| w[0] > w[1]);
+                let in_range = levels.iter().all(|v| *v > 0.0 && *v <= 1.0);
+                if levels.is_empty() || levels.len() > 14 || !ordered || !in_range {
+                    bad(
+                        &format!("compare[{i}].levels"),
+                        format!(
+                            "must be 1 to 14 similarities in (0, 1], highest first, got {levels:?}"
+                        ),
+                    );
+                }
+            }
+        }
+        if self.model == LinkageModel::Probabilistic {
+            if self.compare.len() > MAX_PROBABILISTIC_COMPARISONS {
+                bad(
+                    "compare",
+                    format!(
+                        "a probabilistic rule takes at most {MAX_PROBABILISTIC_COMPARISONS} comparisons, got {}",
+                        self.compare.len()
+                    ),
+                );
+            }
+            if self.u_sample_pairs < 1000 {
+                bad(
+                    "u_sample_pairs",
+                    format!("must be at least 1000, got {}", self.u_sample_pairs),
                 );
             }
         }

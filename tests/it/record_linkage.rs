@@ -166,9 +166,21 @@ struct Fixture {
 }
 
 async fn fixture(resolve: &str) -> Fixture {
+    fixture_with(
+        &SPEC.replace(
+            "judge_contradictions = false",
+            &format!("judge_contradictions = false\n{resolve}"),
+        ),
+        [first_batch(), second_batch()],
+    )
+    .await
+}
+
+/// [`fixture`] over another spec text and other record batches.
+async fn fixture_with(spec_text: &str, records: [String; 2]) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let batches = [dir.path().join("one"), dir.path().join("two")];
-    for (d, text) in batches.iter().zip([first_batch(), second_batch()]) {
+    for (d, text) in batches.iter().zip(records) {
         std::fs::create_dir_all(d).expect("mkdir");
         std::fs::write(d.join("people.jsonl"), text).expect("write records");
     }
@@ -176,14 +188,10 @@ async fn fixture(resolve: &str) -> Fixture {
         .await
         .expect("server");
     let graph = dir.path().join("graph");
-    let text = SPEC
+    let text = spec_text
         .replace("SOURCE", batches[0].to_str().expect("utf-8"))
         .replace("GRAPH", graph.to_str().expect("utf-8"))
-        .replace("BASE_URL", &server.base_url())
-        .replace(
-            "judge_contradictions = false",
-            &format!("judge_contradictions = false\n{resolve}"),
-        );
+        .replace("BASE_URL", &server.base_url());
     let spec = PipelineSpec::from_toml(&text, &dir.path().join("people.toml")).expect("spec");
     let store =
         GraphStore::open(graph.to_str().expect("utf-8"), &Default::default()).expect("open");
@@ -257,6 +265,130 @@ async fn person_records_merge_by_field_evidence_and_a_shared_name_alone_never_me
         "p8 shares only name and birth date with p5: a grey-band score, kept apart"
     );
     assert!(server.requests().is_empty(), "no LLM call");
+}
+
+/// `originals` people and, for the first `duplicates` of them, a copy
+/// with one or two corruptions of the kinds registries see (a typo in
+/// the name, swapped names, two ssn digits transposed, a birth-date digit
+/// changed, the postcode dropped); `namesakes` more people share an
+/// original's full name and nothing else. Ids: `o<i>`, `d<i>`, `n<i>`.
+fn registry(originals: usize, duplicates: usize, namesakes: usize) -> [String; 2] {
+    const GIVEN: [&str; 12] = [
+        "olivia", "liam", "amelia", "noah", "isla", "jack", "mia", "oliver", "ava", "william",
+        "grace", "thomas",
+    ];
+    const SURNAMES: [&str; 12] = [
+        "smith", "jones", "williams", "brown", "wilson", "taylor", "nguyen", "johnson", "martin",
+        "white", "anderson", "walker",
+    ];
+    let mut state: u64 = 0x5eed;
+    let mut next = move |n: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % n
+    };
+    let person = |next: &mut dyn FnMut(u64) -> u64| {
+        json!({
+            "given": GIVEN[next(12) as usize],
+            "surname": SURNAMES[next(12) as usize],
+            "dob": format!("19{:02}{:02}{:02}", 30 + next(70), 1 + next(12), 1 + next(28)),
+            "ssn": format!("{}", 1_000_000 + next(9_000_000)),
+            "postcode": format!("{}", 2000 + next(7000)),
+            "street": format!("{} {} street", 1 + next(200), SURNAMES[next(12) as usize]),
+        })
+    };
+    let people: Vec<serde_json::Value> = (0..originals).map(|_| person(&mut next)).collect();
+    let mut first: Vec<String> = (0..originals)
+        .map(|i| record(&format!("o{i}"), people[i].clone()))
+        .collect();
+    let mut second = Vec::new();
+    for (i, p) in people.iter().take(duplicates).enumerate() {
+        let mut d = p.as_object().expect("object").clone();
+        // At most two, so one of ssn, dob and name still agrees: the
+        // blocking keys find every copy.
+        let kinds = 1 + next(2);
+        for _ in 0..kinds {
+            match next(5) {
+                0 => {
+                    let g = d["given"].as_str().expect("given");
+                    d.insert(
+                        "given".into(),
+                        json!(format!("{}{}", &g[..g.len() - 1], "e")),
+                    );
+                }
+                1 => {
+                    let (g, s) = (d["given"].clone(), d["surname"].clone());
+                    d.insert("given".into(), s);
+                    d.insert("surname".into(), g);
+                }
+                2 => {
+                    let mut ssn: Vec<char> = d["ssn"].as_str().expect("ssn").chars().collect();
+                    ssn.swap(2, 3);
+                    d.insert("ssn".into(), json!(ssn.into_iter().collect::<String>()));
+                }
+                3 => {
+                    let mut dob: Vec<char> = d["dob"].as_str().expect("dob").chars().collect();
+                    dob[7] = if dob[7] == '1' { '2' } else { '1' };
+                    d.insert("dob".into(), json!(dob.into_iter().collect::<String>()));
+                }
+                _ => {
+                    d.remove("postcode");
+                }
+            }
+        }
+        second.push(record(&format!("d{i}"), serde_json::Value::Object(d)));
+    }
+    for (i, namesake) in people.iter().take(namesakes).enumerate() {
+        let mut other = person(&mut next);
+        other["given"] = namesake["given"].clone();
+        other["surname"] = namesake["surname"].clone();
+        second.push(record(&format!("n{i}"), other));
+    }
+    first.sort();
+    [first.join("\n"), second.join("\n")]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_probabilistic_model_learns_from_the_records_which_agreements_matter() {
+    let spec = SPEC
+        .replace(
+            "compare = [\n  { field = \"name\", method = \"name\", weight = 2 },",
+            "model = \"probabilistic\"\ncompare = [\n  { field = \"name\", method = \"name\" },",
+        )
+        .replace("grey_band_min = 0.5\n", "");
+    assert!(spec.contains("model = \"probabilistic\""), "{spec}");
+    let f = fixture_with(&spec, registry(400, 150, 30)).await;
+    let (spec, store) = (&f.spec, &f.store);
+
+    // No duplicates in the first load: EM finds no matches among the
+    // candidates (people sharing a postcode or a name), nothing merges.
+    run(spec, store, &f.batches[0]).await;
+    let first = people(store).await;
+    assert_eq!(first.len(), 400, "no two originals merge");
+
+    run(spec, store, &f.batches[1]).await;
+    let mut want: Vec<Vec<String>> = (0..400)
+        .map(|i| {
+            let mut v = vec![format!("o{i}")];
+            if i < 150 {
+                v.push(format!("d{i}"));
+            }
+            v
+        })
+        .chain((0..30).map(|i| vec![format!("n{i}")]))
+        .collect();
+    for v in &mut want {
+        v.sort();
+    }
+    want.sort();
+    let got = people(store).await;
+    let wrong: Vec<&Vec<String>> = got.iter().filter(|c| !want.contains(c)).collect();
+    assert!(
+        wrong.is_empty(),
+        "every copy joins its original, namesakes stay apart; wrong clusters: {wrong:?}"
+    );
+    assert_eq!(got.len(), want.len());
 }
 
 #[tokio::test(flavor = "multi_thread")]
