@@ -106,18 +106,36 @@ impl Linkage {
         a: (&str, &Map<String, Value>),
         b: (&str, &Map<String, Value>),
     ) -> Option<u64> {
+        self.pattern_of(&self.values(a.0, a.1), &self.values(b.0, b.1))
+    }
+
+    /// [`Linkage::pattern`] of two rows' [`Linkage::values`].
+    fn pattern_of(&self, a: &[Option<String>], b: &[Option<String>]) -> Option<u64> {
         let mut made = 0;
-        let levels = self.compare.iter().map(|c| {
-            match (value(a.0, a.1, &c.field), value(b.0, b.1, &c.field)) {
+        let levels = self
+            .compare
+            .iter()
+            .zip(a.iter().zip(b))
+            .map(|(c, pair)| match pair {
                 (Some(x), Some(y)) => {
                     made += 1;
-                    probabilistic::level(c, &x, &y)
+                    probabilistic::level(c, x, y)
                 }
                 _ => NULL_LEVEL,
-            }
-        });
+            });
         let p = probabilistic::pack(levels);
         (made >= self.min_fields).then_some(p)
+    }
+
+    /// The score of two parsed rows (the values already read).
+    fn score_rows(&self, a: &LinkedRow, b: &LinkedRow) -> f64 {
+        if self.is_probabilistic() {
+            return match (self.trained(), self.pattern_of(&a.values, &b.values)) {
+                (Some(model), Some(p)) => model.probability(p),
+                _ => 0.0,
+            };
+        }
+        self.score((&a.name, &a.attributes), (&b.name, &b.attributes))
     }
 
     /// Each comparison's value in one row (a pool row for u sampling).
@@ -275,9 +293,25 @@ fn attributes_of(text: Option<&str>) -> Map<String, Value> {
     }
 }
 
-/// A linked mention as the scoring UDFs keep it: its rule's index, name
-/// and attributes.
-type LinkedRow = (usize, String, Map<String, Value>);
+/// A linked row as the pair UDFs read it: its rule's index, name,
+/// attributes and the values its rule compares.
+struct LinkedRow {
+    at: usize,
+    name: String,
+    attributes: Map<String, Value>,
+    values: Vec<Option<String>>,
+}
+
+impl LinkedRow {
+    fn new(linkages: &[Linkage], at: usize, name: &str, attributes: Map<String, Value>) -> Self {
+        LinkedRow {
+            at,
+            name: name.to_string(),
+            values: linkages[at].values(name, &attributes),
+            attributes,
+        }
+    }
+}
 
 /// The run's mentions as the pair UDFs read them: `Some` for each mention
 /// under a rule, parsed once. Pairs are scored by mention id, so the joins
@@ -289,7 +323,12 @@ fn linked_rows(linkages: &[Linkage], mentions: &[MentionKey]) -> Vec<Option<Link
         .iter()
         .map(|m| {
             let at = rule_of(linkages, m.chain.iter().map(String::as_str))?;
-            Some((at, m.name.clone(), attributes_of(Some(&m.attributes))))
+            Some(LinkedRow::new(
+                linkages,
+                at,
+                &m.name,
+                attributes_of(Some(&m.attributes)),
+            ))
         })
         .collect()
 }
@@ -300,9 +339,7 @@ fn ids(a: &ArrayRef) -> Result<Int64Array, DataFusionError> {
 }
 
 /// What a pair UDF computes for two rows of one rule.
-type PairFn<T> = dyn Fn(usize, &Linkage, (&str, &Map<String, Value>), (&str, &Map<String, Value>)) -> Option<T>
-    + Send
-    + Sync;
+type PairFn<T> = dyn Fn(&Linkage, &LinkedRow, &LinkedRow) -> Option<T> + Send + Sync;
 
 /// `name(a, b)`: `f` over two of the run's mentions by position.
 fn mention_pair_udf<T: ArrowPrimitiveType>(
@@ -325,8 +362,8 @@ fn mention_pair_udf<T: ArrowPrimitiveType>(
                 .iter()
                 .zip(b.iter())
                 .map(|(x, y)| {
-                    let ((at, na, aa), (_, nb, ab)) = (row(x?)?, row(y?)?);
-                    f(*at, &all[*at], (na, aa), (nb, ab))
+                    let (a, b) = (row(x?)?, row(y?)?);
+                    f(&all[a.at], a, b)
                 })
                 .collect();
             Ok(ColumnarValue::Array(Arc::new(out)))
@@ -355,12 +392,12 @@ fn node_pair_udf<T: ArrowPrimitiveType>(
             let (names, attrs) = (names.as_string::<i32>(), attrs.as_string::<i32>());
             let out: PrimitiveArray<T> = (0..a.len())
                 .map(|i| {
-                    let (at, na, aa) = rows
+                    let m = rows
                         .get(usize::try_from(a.is_valid(i).then(|| a.value(i))?).ok()?)?
                         .as_ref()?;
-                    let nb = names.is_valid(i).then(|| names.value(i))?;
-                    let ab = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
-                    f(*at, &all[*at], (na, aa), (nb, &ab))
+                    let name = names.is_valid(i).then(|| names.value(i))?;
+                    let attributes = attributes_of(attrs.is_valid(i).then(|| attrs.value(i)));
+                    f(&all[m.at], m, &LinkedRow::new(&all, m.at, name, attributes))
                 })
                 .collect();
             Ok(ColumnarValue::Array(Arc::new(out)))
@@ -482,12 +519,15 @@ pub fn udfs(linkages: &[Linkage]) -> Vec<ScalarUDF> {
 fn pair_udfs(linkages: &[Linkage], rows: &Arc<Vec<Option<LinkedRow>>>) -> Vec<ScalarUDF> {
     use arrow::datatypes::{Float64Type, Int64Type};
     let all = Arc::new(linkages.to_vec());
-    let score: Arc<PairFn<f64>> = Arc::new(|_, l, a, b| grey_or_above(l, a, b));
-    let pattern: Arc<PairFn<i64>> = Arc::new(|at, l, a, b| {
+    let score: Arc<PairFn<f64>> = Arc::new(|l, a, b| {
+        let s = l.score_rows(a, b);
+        (s >= l.grey).then_some(s)
+    });
+    let pattern: Arc<PairFn<i64>> = Arc::new(|l, a, b| {
         if !l.is_probabilistic() {
             return None;
         }
-        Some(((at as i64) << 56) | l.pattern(a, b)? as i64)
+        Some(((a.at as i64) << 56) | l.pattern_of(&a.values, &b.values)? as i64)
     });
     let sure = {
         let (all, rows) = (Arc::clone(&all), Arc::clone(rows));
@@ -505,8 +545,8 @@ fn pair_udfs(linkages: &[Linkage], rows: &Arc<Vec<Option<LinkedRow>>>) -> Vec<Sc
                     .iter()
                     .zip(scores.iter())
                     .map(|(m, s)| {
-                        let (at, ..) = rows.get(usize::try_from(m?).ok()?)?.as_ref()?;
-                        Some(s? >= all[*at].threshold)
+                        let row = rows.get(usize::try_from(m?).ok()?)?.as_ref()?;
+                        Some(s? >= all[row.at].threshold)
                     })
                     .collect();
                 Ok(ColumnarValue::Array(Arc::new(out)))
@@ -522,38 +562,40 @@ fn pair_udfs(linkages: &[Linkage], rows: &Arc<Vec<Option<LinkedRow>>>) -> Vec<Sc
     ]
 }
 
-/// A pair's score, or None below the rule's grey band (the plan then drops
-/// the pair before it joins any text back).
-fn grey_or_above(
-    l: &Linkage,
-    a: (&str, &Map<String, Value>),
-    b: (&str, &Map<String, Value>),
-) -> Option<f64> {
-    let s = l.score(a, b);
-    (s >= l.grey).then_some(s)
-}
-
 const PK: &str = "resolve_probe_keys";
 const TK: &str = "resolve_target_keys";
 
 /// The candidate pairs among the run's mentions (`mention_id < target`),
 /// as the CTEs `small` and `pairs`.
-fn mention_pairs_sql() -> String {
+fn mention_pairs_sql(every: u64) -> String {
     format!(
         "small AS (SELECT k FROM {PK} GROUP BY k HAVING count(*) <= linkage_cap(k)), \
          pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
-           FROM {PK} p JOIN small ON p.k = small.k JOIN {PK} t ON p.k = t.k WHERE p.id < t.id)"
+           FROM {PK} p JOIN small ON p.k = small.k JOIN {PK} t ON p.k = t.k \
+           WHERE p.id < t.id{})",
+        sampled("p.id", every)
     )
+}
+
+/// The condition keeping the pairs of every `every`th mention (none for
+/// 1): a sample of whole mentions, so that each keeps all its pairs.
+fn sampled(id: &str, every: u64) -> String {
+    if every > 1 {
+        format!(" AND {id} % {every} = 0")
+    } else {
+        String::new()
+    }
 }
 
 /// The candidate pairs of a run's mention and a committed node (its
 /// `short_id` as `target`), as the CTEs `small` and `pairs`.
-fn node_pairs_sql() -> String {
+fn node_pairs_sql(every: u64) -> String {
     format!(
         "small AS (SELECT k FROM (SELECT k FROM {PK} UNION ALL SELECT k FROM {TK}) \
            GROUP BY k HAVING count(*) <= linkage_cap(k)), \
          pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target \
-           FROM {PK} p JOIN small ON p.k = small.k JOIN {TK} t ON p.k = t.k)"
+           FROM {PK} p JOIN small ON p.k = small.k JOIN {TK} t ON p.k = t.k WHERE true{})",
+        sampled("p.id", every)
     )
 }
 
@@ -591,6 +633,7 @@ pub(super) async fn linkage_pairs(
         ),
     )
     .await?;
+    tracing::debug!("linkage: blocking keys of mentions and nodes kept");
     let mut linkages: Vec<Linkage> = specs.iter().map(Linkage::new).collect();
     let rows = Arc::new(linked_rows(&linkages, mentions));
     for f in pair_udfs(&linkages, &rows) {
@@ -617,7 +660,7 @@ pub(super) async fn linkage_pairs(
                  FROM kept JOIN {m} mm ON mm.mention_id = kept.mention_id \
                  JOIN {m} s ON s.mention_id = kept.target \
                  WHERE chains_compatible(mm.labels, s.labels)",
-                mention_pairs_sql()
+                mention_pairs_sql(1)
             )
         } else {
             format!(
@@ -632,7 +675,7 @@ pub(super) async fn linkage_pairs(
                  SELECT mention_id, target, score, CAST(1 AS BIGINT) AS n, name, labels, \
                    identity_keys(type, attributes) AS ids, linkage_sure(mention_id, score) AS sure \
                  FROM c WHERE score IS NOT NULL",
-                node_pairs_sql()
+                node_pairs_sql(1)
             )
         };
         let side = if is_mention {
@@ -677,6 +720,10 @@ async fn collect(
     .map_err(|e| e.context(what()))
 }
 
+/// Linked mentions whose candidate pairs train the probabilistic rules;
+/// a run with more trains on the pairs of a sample of this many.
+const TRAINING_MENTIONS: u64 = 100_000;
+
 /// Records per rule drawn for u sampling (half from the run's mentions,
 /// half from committed nodes, when both have that many).
 const U_POOL: usize = 5000;
@@ -692,15 +739,23 @@ async fn train(
 ) -> Result<Vec<Linkage>, DataFusionError> {
     let started = std::time::Instant::now();
     let m = MENTIONS_TABLE;
+    // The candidates of a sample of whole mentions, each count scaled
+    // back up: the estimates stay those of all candidates, and training
+    // stops growing with the run past TRAINING_MENTIONS.
+    let linked = rows.iter().flatten().count() as u64;
+    let every = linked.div_ceil(TRAINING_MENTIONS).max(1);
     let mut counts: Vec<Vec<(u64, u64)>> = vec![Vec::new(); linkages.len()];
     for (sql, side) in [
         (
             format!(
+                // Chains are not checked here: mentions of one rule share
+                // its type, and a pair of sibling subtypes among the
+                // training pairs moves no estimate that matters (joining
+                // labels back to every pair was most of the cost).
                 "WITH {} SELECT pat, count(*) AS n FROM ( \
-                   SELECT linkage_pattern_mentions(pairs.mention_id, pairs.target) AS pat FROM pairs \
-                   JOIN {m} mm ON mm.mention_id = pairs.mention_id JOIN {m} s ON s.mention_id = pairs.target \
-                   WHERE chains_compatible(mm.labels, s.labels)) WHERE pat IS NOT NULL GROUP BY pat",
-                mention_pairs_sql()
+                   SELECT linkage_pattern_mentions(mention_id, target) AS pat FROM pairs) \
+                 WHERE pat IS NOT NULL GROUP BY pat",
+                mention_pairs_sql(every)
             ),
             "the run's mentions",
         ),
@@ -712,7 +767,7 @@ async fn train(
                    JOIN (SELECT short_id AS target, name, labels, attributes FROM {nodes}) s \
                      ON s.target = pairs.target \
                    WHERE chains_compatible(mm.labels, s.labels)) WHERE pat IS NOT NULL GROUP BY pat",
-                node_pairs_sql()
+                node_pairs_sql(every)
             ),
             nodes,
         ),
@@ -721,13 +776,17 @@ async fn train(
             format!("counting the level patterns of the record-linkage candidates against {side}")
         })
         .await?;
+        tracing::debug!(
+            "linkage training: level patterns against {side} at {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         for b in &batches {
             let (pat, n) = (ids(b.column(0))?, ids(b.column(1))?);
             for (p, n) in pat.iter().zip(n.iter()) {
                 let (Some(p), Some(n)) = (p, n) else { continue };
                 let (at, p) = ((p >> 56) as usize, (p as u64) & ((1 << 56) - 1));
                 if let Some(c) = counts.get_mut(at) {
-                    c.push((p, n as u64));
+                    c.push((p, n as u64 * every));
                 }
             }
         }
@@ -755,7 +814,7 @@ async fn train(
     }
     let mut mention_rows: Vec<Vec<&LinkedRow>> = vec![Vec::new(); linkages.len()];
     for r in rows.iter().flatten() {
-        mention_rows[r.0].push(r);
+        mention_rows[r.at].push(r);
     }
     // Mentions fill half of the pool, or more when there are few nodes.
     let takes: Vec<(usize, usize)> = (0..linkages.len())
@@ -777,7 +836,7 @@ async fn train(
             mention_rows[i]
                 .iter()
                 .step_by(every)
-                .map(|(_, name, attributes)| linkages[i].values(name, attributes))
+                .map(|r| r.values.clone())
                 .collect()
         })
         .collect();
@@ -816,7 +875,15 @@ async fn train(
         }
         let (nm, nn) = (mention_rows[i].len() as f64, node_counts[i] as f64);
         let total_pairs = nm * nn + nm * (nm - 1.0).max(0.0) / 2.0;
+        tracing::debug!(
+            "linkage training: pools at {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         let u = probabilistic::estimate_u(&l.compare, &pools[i], l.u_sample_pairs);
+        tracing::debug!(
+            "linkage training: u at {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         let model = probabilistic::expectation_maximisation(
             &l.compare,
             &counts[i],
@@ -825,10 +892,15 @@ async fn train(
             nm / 2.0,
         );
         tracing::info!(
-            "linkage {}: probabilistic model from {} candidate pairs ({} level patterns) and {} records for u; \
+            "linkage {}: probabilistic model from {} candidate pairs{} ({} level patterns) and {} records for u; \
              EM {} rounds, {:.0} matches expected, prior {:.3e}",
             l.entity_type,
             counts[i].iter().map(|(_, n)| n).sum::<u64>(),
+            if every > 1 {
+                format!(" (counted on the pairs of 1 in {every} mentions)")
+            } else {
+                String::new()
+            },
             counts[i].len(),
             pools[i].len(),
             model.rounds,
