@@ -75,6 +75,10 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep, timeout};
 
+mod batch;
+pub use batch::BatchEnd;
+use batch::{BatchRoute, BatchState, Upload, batch_api, batch_route, parse_upload, upload_file};
+
 /// Largest request head (request line and headers) the server reads.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Most header lines in one request.
@@ -396,6 +400,7 @@ impl TestServer {
                 replies: VecDeque::new(),
                 recorded: Vec::new(),
                 next_seq: 0,
+                batch: BatchState::default(),
             }),
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -497,6 +502,8 @@ struct State {
     replies: VecDeque<Reply>,
     recorded: Vec<Recorded>,
     next_seq: u64,
+    /// Files and batches of the Batch API.
+    batch: BatchState,
 }
 
 impl Shared {
@@ -940,10 +947,15 @@ enum Route {
     Embeddings { deployment: Option<String> },
     Health,
     Models,
+    Upload { azure: bool },
+    Batch { api: BatchRoute, azure: bool },
     NotFound,
 }
 
 fn route(method: &str, path: &str) -> Route {
+    if let Some(route) = batch_route(method, path) {
+        return route;
+    }
     match (method, path) {
         ("POST", "/v1/chat/completions") => Route::Chat { deployment: None },
         ("POST", "/v1/embeddings") => Route::Embeddings { deployment: None },
@@ -1227,6 +1239,16 @@ enum Kind {
     Embeddings(Result<EmbeddingsRequest, BadRequest>),
     Health,
     Models,
+    /// `POST /v1/files`, its multipart body parsed.
+    Upload {
+        upload: Result<Upload, BadRequest>,
+        azure: bool,
+    },
+    /// The other Batch API routes.
+    Batch {
+        api: BatchRoute,
+        azure: bool,
+    },
     NotFound,
 }
 
@@ -1273,6 +1295,11 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
         }
         Route::Health => Kind::Health,
         Route::Models => Kind::Models,
+        Route::Upload { azure } => Kind::Upload {
+            upload: parse_upload(head, body),
+            azure,
+        },
+        Route::Batch { api, azure } => Kind::Batch { api, azure },
         Route::NotFound => Kind::NotFound,
     };
     let (prompt, max_tokens) = match &kind {
@@ -1280,15 +1307,23 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
         Kind::Embeddings(Ok(request)) => (request.prompt_tokens, None),
         _ => (0, None),
     };
+    // Only the Batch API routes need the body after it is recorded (and
+    // theirs are small); an upload is recorded without its file's bytes.
+    let (recorded_body, json) = match &kind {
+        Kind::Upload { upload, .. } => (upload.as_ref().map_or(Value::Null, Upload::summary), None),
+        Kind::Batch { .. } => (json.clone().unwrap_or(Value::Null), json),
+        _ => (json.unwrap_or(Value::Null), None),
+    };
     let seq = record(
         shared,
         at,
         connection,
         head,
-        json.unwrap_or(Value::Null),
+        recorded_body,
         prompt,
         max_tokens,
     );
+    let completion_id = format!("chatcmpl-test{seq}");
     let (latency, mut fault, scripted, responder) = {
         let mut state = shared.lock();
         let fault = match kind {
@@ -1317,6 +1352,13 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
             }]});
             (Action::Respond(Response::json(200, &list)), 0)
         }
+        Kind::Upload { upload, azure } => {
+            (Action::Respond(upload_file(shared, head, upload, azure)), 0)
+        }
+        Kind::Batch { api, azure } => {
+            let resp = batch_api(shared, api, azure, head, json.as_ref()).await;
+            (Action::Respond(resp), 0)
+        }
         Kind::NotFound => {
             let message = format!("Invalid URL ({} {})", head.method, head.path());
             (
@@ -1331,14 +1373,19 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
                 .to_owned();
             match (fault, request) {
                 (Some(fault), _) => {
-                    let normal =
-                        completion_response(seq, &model, DEFAULT_CONTENT, "stop", prompt, 1);
-                    fault_action(fault, seq, &model, normal, Some(prompt))
+                    let normal = completion_response(
+                        &completion_id,
+                        &model,
+                        DEFAULT_CONTENT,
+                        "stop",
+                        prompt,
+                        1,
+                    );
+                    fault_action(fault, &completion_id, &model, normal, Some(prompt))
                 }
                 (None, Err(bad)) => (Action::Respond(bad.response()), 0),
                 (None, Ok(view)) => {
-                    let reply = resolve_reply(scripted, &responder, &view).await;
-                    reply_action(reply, seq, &view, prompt)
+                    chat_action(scripted, &responder, &view, &completion_id, prompt).await
                 }
             }
         }
@@ -1349,11 +1396,15 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
                     Some(Fault::InvalidContent) => {
                         (Action::Respond(embeddings_response(&request, true)), 0)
                     }
-                    Some(fault) => fault_action(fault, seq, &request.model, normal, None),
+                    Some(fault) => {
+                        fault_action(fault, &completion_id, &request.model, normal, None)
+                    }
                     None => (Action::Respond(normal), 0),
                 }
             }
-            (Some(fault), Err(bad)) => fault_action(fault, seq, "unknown", bad.response(), None),
+            (Some(fault), Err(bad)) => {
+                fault_action(fault, &completion_id, "unknown", bad.response(), None)
+            }
             (None, Err(bad)) => (Action::Respond(bad.response()), 0),
         },
     };
@@ -1371,6 +1422,21 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
         Action::Truncate(resp) => Action::Truncate(resp.with_header("x-request-id", request_id)),
         Action::Close => Action::Close,
     }
+}
+
+/// The action for a well-formed chat request without an injected fault,
+/// with the completion tokens it reports: the scripted reply if any, else
+/// the responder's. One path for the chat route and the batch lines, so
+/// that a batch answers exactly as the synchronous route would.
+async fn chat_action(
+    scripted: Option<Reply>,
+    responder: &Responder,
+    view: &ChatRequestView,
+    id: &str,
+    prompt: u64,
+) -> (Action, u64) {
+    let reply = resolve_reply(scripted, responder, view).await;
+    reply_action(reply, id, view, prompt)
 }
 
 /// The reply of a well-formed chat request without an injected fault.
@@ -1405,15 +1471,16 @@ async fn resolve_reply(
     }
 }
 
-/// The action for a reply, with the completion tokens it reports.
-fn reply_action(reply: Reply, seq: u64, view: &ChatRequestView, prompt: u64) -> (Action, u64) {
+/// The action for a reply, with the completion tokens it reports; `id` is
+/// the `chat.completion`'s id.
+fn reply_action(reply: Reply, id: &str, view: &ChatRequestView, prompt: u64) -> (Action, u64) {
     let completion = |content: String, finish: &str| {
         let tokens = completion_tokens(&content);
-        let resp = completion_response(seq, &view.model, &content, finish, prompt, tokens);
+        let resp = completion_response(id, &view.model, &content, finish, prompt, tokens);
         (Action::Respond(resp), tokens)
     };
     match reply {
-        Reply::Delayed { reply, .. } => reply_action(*reply, seq, view, prompt),
+        Reply::Delayed { reply, .. } => reply_action(*reply, id, view, prompt),
         Reply::Content(content) => completion(content, "stop"),
         Reply::Length(content) => completion(content, "length"),
         Reply::ContentWithUsage {
@@ -1422,7 +1489,7 @@ fn reply_action(reply: Reply, seq: u64, view: &ChatRequestView, prompt: u64) -> 
             completion_tokens,
         } => {
             let resp = completion_response(
-                seq,
+                id,
                 &view.model,
                 &content,
                 "stop",
@@ -1456,37 +1523,24 @@ fn reply_action(reply: Reply, seq: u64, view: &ChatRequestView, prompt: u64) -> 
         }
         Reply::Fault(Fault::InvalidContent) => completion(INVALID_CONTENT.to_owned(), "stop"),
         Reply::Fault(fault) => {
-            let normal = completion_response(seq, &view.model, DEFAULT_CONTENT, "stop", prompt, 1);
-            fault_action(fault, seq, &view.model, normal, Some(prompt))
+            let normal = completion_response(id, &view.model, DEFAULT_CONTENT, "stop", prompt, 1);
+            fault_action(fault, id, &view.model, normal, Some(prompt))
         }
     }
 }
 
-/// The action for a fault, with the completion tokens it reports; `normal`
-/// is the response it stands in for, `chat` the prompt tokens of a chat
-/// request (None for embeddings).
+/// The action for a fault, with the completion tokens it reports; `id` is
+/// the `chat.completion`'s id, `normal` the response the fault stands in
+/// for, `chat` the prompt tokens of a chat request (None for embeddings).
 fn fault_action(
     fault: Fault,
-    seq: u64,
+    id: &str,
     model: &str,
     normal: Response,
     chat: Option<u64>,
 ) -> (Action, u64) {
     let action = match fault {
-        Fault::RateLimited { retry_after } => {
-            let body = error_json(
-                "Rate limit reached for requests. Please try again later.",
-                "requests",
-                None,
-                Some("rate_limit_exceeded"),
-            );
-            let mut resp =
-                Response::json(429, &body).with_header("x-ratelimit-remaining-requests", "0");
-            if let Some(value) = retry_after {
-                resp = resp.with_header("retry-after", value);
-            }
-            Action::Respond(resp)
-        }
+        Fault::RateLimited { retry_after } => Action::Respond(rate_limited(retry_after)),
         Fault::QuotaExhausted => {
             let body = error_json(
                 "You exceeded your current quota, please check your plan and billing details.",
@@ -1512,7 +1566,7 @@ fn fault_action(
         Fault::BrokenJson => {
             let mut resp = Response::json(200, &Value::Null);
             resp.body = format!(
-                "{{\"id\":\"chatcmpl-test{seq}\",\"object\":\"chat.completion\",\"model\":\"{}\",\
+                "{{\"id\":\"{id}\",\"object\":\"chat.completion\",\"model\":\"{}\",\
                  \"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"{{",
                 model.replace(['"', '\\'], "")
             )
@@ -1522,7 +1576,7 @@ fn fault_action(
         Fault::InvalidContent => match chat {
             Some(prompt) => {
                 let tokens = completion_tokens(INVALID_CONTENT);
-                let resp = completion_response(seq, model, INVALID_CONTENT, "stop", prompt, tokens);
+                let resp = completion_response(id, model, INVALID_CONTENT, "stop", prompt, tokens);
                 return (Action::Respond(resp), tokens);
             }
             None => Action::Respond(normal),
@@ -1532,9 +1586,25 @@ fn fault_action(
     (action, 0)
 }
 
-/// A 200 `chat.completion`.
+/// The 429 of a rate limit (OpenAI's body, type `requests`), with
+/// `Retry-After` when given.
+fn rate_limited(retry_after: Option<String>) -> Response {
+    let body = error_json(
+        "Rate limit reached for requests. Please try again later.",
+        "requests",
+        None,
+        Some("rate_limit_exceeded"),
+    );
+    let mut resp = Response::json(429, &body).with_header("x-ratelimit-remaining-requests", "0");
+    if let Some(value) = retry_after {
+        resp = resp.with_header("retry-after", value);
+    }
+    resp
+}
+
+/// A 200 `chat.completion` with this id.
 fn completion_response(
-    seq: u64,
+    id: &str,
     model: &str,
     content: &str,
     finish_reason: &str,
@@ -1542,7 +1612,7 @@ fn completion_response(
     completion_tokens: u64,
 ) -> Response {
     let body = json!({
-        "id": format!("chatcmpl-test{seq}"),
+        "id": id,
         "object": "chat.completion",
         "created": chrono::Utc::now().timestamp(),
         "model": model,
@@ -1679,6 +1749,7 @@ mod tests {
             replies: VecDeque::new(),
             recorded: Vec::new(),
             next_seq: 0,
+            batch: BatchState::default(),
         };
         for _ in 0..100 {
             assert!(state.draw_fault().is_some());
