@@ -241,6 +241,14 @@ pub async fn walk_entities(
             let children: Vec<String> = node.map(|n| n.children.clone()).unwrap_or_default();
             let reply = match reply {
                 Ok(r) => r,
+                // Batch mode: the answer comes in a later round, which
+                // asks these items again; nothing to conclude now.
+                Err(e) if e.is_deferred() => {
+                    for &i in &batch.members {
+                        stopped[i] = true;
+                    }
+                    continue;
+                }
                 Err(_) if split_after_failure(&batch, &mut cap) => continue,
                 Err(e) => {
                     let i = batch.members[0];
@@ -423,6 +431,14 @@ pub async fn walk_facts(
             stats.calls += 1;
             let reply = match reply {
                 Ok(r) => r,
+                // Batch mode: the answer comes in a later round, which
+                // asks these items again; nothing to conclude now.
+                Err(e) if e.is_deferred() => {
+                    for &i in &batch.members {
+                        stopped[i] = true;
+                    }
+                    continue;
+                }
                 Err(_) if split_after_failure(&batch, &mut cap) => continue,
                 Err(e) => {
                     let i = batch.members[0];

@@ -75,6 +75,8 @@ pub enum Error {
     Bench(Box<bench::resolution::BenchError>),
     #[error(transparent)]
     Export(Box<export::ExportError>),
+    #[error(transparent)]
+    Batch(Box<llm::batch::BatchError>),
 }
 
 /// `From` for the boxed variants, so `?` works from every layer.
@@ -96,6 +98,7 @@ from_boxed!(
     Run(run::RunError),
     Eval(eval::EvalError),
     Export(export::ExportError),
+    Batch(llm::batch::BatchError),
 );
 
 #[cfg(feature = "testkit")]
@@ -159,12 +162,14 @@ impl Error {
             Error::Run(e) => match &**e {
                 run::RunError::NoSource
                 | run::RunError::Location(_)
-                | run::RunError::Mapping(_) => true,
+                | run::RunError::Mapping(_)
+                | run::RunError::BatchNeedsCache
+                | run::RunError::NoWaitNeedsBatch => true,
                 run::RunError::Source(e) => source(e),
                 run::RunError::Store(e) => store(e),
                 _ => false,
             },
-            Error::Llm(_) => false,
+            Error::Llm(_) | Error::Batch(_) => false,
             #[cfg(feature = "testkit")]
             Error::Bench(_) => false,
         }

@@ -88,6 +88,14 @@ enum Command {
         /// Write to this graph instead of the spec's output.graph.
         #[arg(long, value_name = "URL")]
         graph: Option<String>,
+        /// Send the LLM calls through the provider's Batch API (as
+        /// llm.mode = "batch"): half the price, answers within 24 hours.
+        #[arg(long, conflicts_with_all = ["no_cache", "refresh_cache", "replay"])]
+        batch: bool,
+        /// Batch mode: submit what the next round needs and exit; a later
+        /// run collects the answers and goes on (for schedulers).
+        #[arg(long)]
+        no_wait: bool,
         /// Read the episodes from this file or directory instead of the
         /// spec's source.url (the format and options stay the spec's), for
         /// a first slice of an archive; a later run over the whole archive
@@ -142,6 +150,9 @@ enum Command {
     #[cfg(feature = "testkit")]
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// List or cancel the Batch API batches of a graph (batch mode).
+    #[command(subcommand)]
+    Batches(BatchesCommand),
     /// Roll back the commits of an interrupted run (every write does this
     /// first; this command does only that).
     Recover {
@@ -165,6 +176,25 @@ enum ExportCommand {
         /// --pipeline, the spec's output.storage_options apply to it too.
         #[arg(long, value_name = "DIR")]
         to: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BatchesCommand {
+    /// List every batch the graph's runs submitted, with stage, requests,
+    /// status and age.
+    List {
+        #[command(flatten)]
+        target: GraphTarget,
+    },
+    /// Ask the provider to cancel every batch still running; the next run
+    /// collects their partial output and submits the rest again.
+    Cancel {
+        /// Pipeline spec (TOML): its [llm] names the provider.
+        pipeline: PathBuf,
+        /// The graph instead of the spec's output.graph.
+        #[arg(long, value_name = "URL")]
+        graph: Option<String>,
     },
 }
 
@@ -420,6 +450,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             refresh_cache,
             replay,
             graph,
+            batch,
+            no_wait,
             source,
         } => {
             let cache = if no_cache {
@@ -438,6 +470,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 progress: cli::progress::on_stderr(std::io::IsTerminal::is_terminal(
                     &std::io::stderr(),
                 )),
+                batch,
+                no_wait,
             };
             run_pipeline(&pipeline, graph.as_deref(), source, &options).await
         }
@@ -462,6 +496,42 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Status { target, runs } => {
             let store = GraphStore::try_from(&target)?;
             status(&store, runs).await?;
+            let ledger = ledger_of(&target)?;
+            let pending: Vec<_> = ledger
+                .list()
+                .await?
+                .into_iter()
+                .filter(|r| r.ended_at.is_none())
+                .collect();
+            if !pending.is_empty() {
+                out!("\npending batches (run again to collect them):");
+                print_batches(&pending);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Batches(BatchesCommand::List { target }) => {
+            let records = ledger_of(&target)?.list().await?;
+            if records.is_empty() {
+                out!("no batches: no run of this graph used batch mode");
+            }
+            print_batches(&records);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Batches(BatchesCommand::Cancel { pipeline, graph }) => {
+            let (spec, _) = load_spec(&pipeline)?;
+            let store = open_output(&spec, graph.as_deref())?;
+            let ledger = graphloom::llm::batch::Ledger::open(
+                store.url().as_str(),
+                &spec.output.storage_options,
+            )?;
+            let api = graphloom::llm::batch::BatchApi::new(&spec.llm)?;
+            let cancelled = graphloom::llm::batch::cancel_all(&api, &ledger).await?;
+            if cancelled.is_empty() {
+                out!("no batch is running");
+            }
+            for id in cancelled {
+                out!("asked to cancel {id}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "testkit")]
@@ -604,6 +674,25 @@ fn mapped_note(mapped: usize) -> String {
 }
 
 fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunReport) {
+    if let Some(b) = r.batch.as_ref().filter(|b| b.waiting_on.is_some()) {
+        let requests: usize = b.submitted.iter().flat_map(|(_, s)| s.values()).sum();
+        out!(
+            "batch mode on {}: round {} stopped at {}; submitted {} batch(es) with {} requests, {} batch(es) running",
+            store.display_url(),
+            b.rounds,
+            b.waiting_on.map(|s| s.to_string()).unwrap_or_default(),
+            b.submitted.len(),
+            requests,
+            b.running
+        );
+        for (id, stages) in &b.submitted {
+            out!("  {id}: {}", graphloom::llm::batch::stages_text(stages));
+        }
+        out!(
+            "nothing committed yet: run the same command again to collect the answers and go on (`graphloom status` lists the batches)"
+        );
+        return;
+    }
     if r.run.is_none() {
         out!(
             "dry run for {}: {} episodes in the source, {} already in the graph, {} to process{}",
@@ -622,9 +711,20 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         }
         out!();
         out_raw!("{}", graphloom::llm::plan::render(&r.plan, &spec.llm));
+        out_raw!(
+            "{}",
+            graphloom::llm::plan::render_batch(&r.plan, &spec.llm, r.batch_rounds)
+        );
         return;
     }
     let calls: usize = r.calls_by_stage.values().sum();
+    if let Some(b) = &r.batch {
+        out!(
+            "batch mode: {} round(s), {} batch(es) submitted by this run",
+            b.rounds,
+            b.submitted.len()
+        );
+    }
     out!(
         "run {} on {}: {} episodes in the source, {} already in the graph, {} processed{}, {} added",
         r.run.as_ref().map_or("", |x| x.run_id.as_str()),
@@ -738,6 +838,58 @@ fn check_storage_options(spec: &PipelineSpec) -> Result<(), Error> {
         check_options(&parse_dir_url(cache)?, output)?;
     }
     Ok(())
+}
+
+/// The batch ledger of a graph target.
+fn ledger_of(target: &GraphTarget) -> Result<graphloom::llm::batch::Ledger, Error> {
+    let (url, options) = match (&target.graph, &target.pipeline) {
+        (Some(url), _) => (url.clone(), Default::default()),
+        (None, Some(path)) => {
+            let spec = PipelineSpec::from_path(path)?;
+            (spec.output.graph, spec.output.storage_options)
+        }
+        (None, None) => unreachable!("clap requires --graph or --pipeline"),
+    };
+    Ok(graphloom::llm::batch::Ledger::open(&url, &options)?)
+}
+
+/// One line per batch: id, status, requests per stage, age.
+fn print_batches(records: &[graphloom::llm::batch::BatchRecord]) {
+    let now = chrono::Utc::now();
+    for r in records {
+        let age = (r.ended_at.unwrap_or(now) - r.submitted_at).num_seconds();
+        let outcome = match r.ended_at {
+            Some(_) => format!(
+                ", {} answered, {} failed{}",
+                r.answered.len(),
+                r.failed.len(),
+                r.accounted_by
+                    .as_deref()
+                    .map(|run| format!(", accounted by run {run}"))
+                    .unwrap_or_default()
+            ),
+            None => String::new(),
+        };
+        out!(
+            "  {:<28} {:<11} {} requests ({}), {} {}{}",
+            r.batch_id.as_deref().unwrap_or(&r.name),
+            r.status,
+            r.requests.len(),
+            graphloom::llm::batch::stages_text(&r.stages()),
+            if r.ended_at.is_some() { "took" } else { "age" },
+            human_seconds(age),
+            outcome
+        );
+    }
+}
+
+/// `42 s`, `7 min`, `3.5 h`.
+fn human_seconds(s: i64) -> String {
+    match s {
+        ..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        _ => format!("{:.1} h", s as f64 / 3600.0),
+    }
 }
 
 fn indent(text: &str) -> String {

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::batch::{BatchQueue, Endpoint, QueuedRequest};
 use super::cache::{CachedReply, ResponseCache, cache_key};
 use super::limiter::{BudgetConfig, LimitError, Limiter};
 use super::reply;
@@ -71,6 +72,10 @@ pub enum LlmError {
         "{stage}: no reply for this request in the response cache, and --replay makes no LLM calls (run without --replay to ask the model)"
     )]
     NotCached { stage: Stage },
+    /// Batch mode: the request is queued for the Batch API and its answer
+    /// comes in a later round; nothing was sent.
+    #[error("{stage}: queued for the Batch API; the answer comes in a later round")]
+    Deferred { stage: Stage },
 }
 
 impl LlmError {
@@ -84,8 +89,33 @@ impl LlmError {
             LlmError::Truncated { .. } => "truncated",
             LlmError::Setup(_) => "setup",
             LlmError::NotCached { .. } => "not_cached",
+            LlmError::Deferred { .. } => "deferred",
         }
     }
+
+    /// Whether the call was queued for the Batch API (batch mode): not a
+    /// failure, and nothing about the item should be concluded from it.
+    pub fn is_deferred(&self) -> bool {
+        matches!(self, LlmError::Deferred { .. })
+    }
+}
+
+/// The authentication header of `style` for `key` (none without a key),
+/// marked sensitive so it never shows in debug output.
+pub(crate) fn auth_headers(style: ApiStyle, key: Option<&ApiKey>) -> Result<HeaderMap, LlmError> {
+    let mut headers = HeaderMap::new();
+    if let Some(ApiKey(k)) = key {
+        let (name, value) = match style {
+            ApiStyle::Openai => ("authorization", format!("Bearer {k}")),
+            ApiStyle::Azure => ("api-key", k.clone()),
+        };
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            LlmError::Setup("the API key holds characters not allowed in a header".into())
+        })?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(headers)
 }
 
 /// The API key. Its `Debug` never shows it; it is sent only as a header
@@ -256,6 +286,8 @@ struct Settings {
     extra_body: serde_json::Map<String, Value>,
     price_prompt: Option<f64>,
     price_completion: Option<f64>,
+    /// Batch prices as a share of the sync prices.
+    batch_price_factor: f64,
 }
 
 /// The client of one run. Share it (it is `Sync`): every stage must go
@@ -272,6 +304,8 @@ pub struct LlmClient {
     run_id: String,
     calls: Mutex<Calls>,
     rng: Mutex<rand::rngs::StdRng>,
+    /// Batch mode: where cache misses are queued instead of sent.
+    batch: Option<Arc<BatchQueue>>,
 }
 
 /// The accounting rows so far and the tokens they used (hits excluded),
@@ -387,18 +421,7 @@ impl LlmClient {
             None => BudgetConfig::with_default_burst(spec.tokens_per_minute as u64),
         };
         let limiter = Limiter::new(requests, tokens)?;
-        let mut headers = HeaderMap::new();
-        if let Some(ApiKey(k)) = &key {
-            let (name, value) = match spec.api_style {
-                ApiStyle::Openai => ("authorization", format!("Bearer {k}")),
-                ApiStyle::Azure => ("api-key", k.clone()),
-            };
-            let mut value = HeaderValue::from_str(&value).map_err(|_| {
-                LlmError::Setup("the API key holds characters not allowed in a header".into())
-            })?;
-            value.set_sensitive(true);
-            headers.insert(name, value);
-        }
+        let headers = auth_headers(spec.api_style, key.as_ref())?;
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .pool_max_idle_per_host(spec.max_concurrency as usize)
@@ -431,6 +454,7 @@ impl LlmClient {
                 extra_body: spec.extra_body.clone(),
                 price_prompt: spec.price_per_1m_prompt_tokens,
                 price_completion: spec.price_per_1m_completion_tokens,
+                batch_price_factor: spec.batch.price_factor,
             },
             key,
             limiter,
@@ -440,7 +464,20 @@ impl LlmClient {
             run_id: run_id.to_string(),
             calls: Mutex::new(Calls::default()),
             rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
+            batch: None,
         })
+    }
+
+    /// The client in batch mode: calls the cache cannot answer are queued
+    /// on `queue` and fail with [`LlmError::Deferred`].
+    pub fn with_batch_queue(mut self, queue: Arc<BatchQueue>) -> Self {
+        self.batch = Some(queue);
+        self
+    }
+
+    /// Calls deferred to the Batch API so far (0 in sync mode).
+    pub fn deferred(&self) -> usize {
+        self.batch.as_ref().map_or(0, |q| q.deferred())
     }
 
     /// The structured-output level in effect (it moves down when a server
@@ -880,11 +917,49 @@ impl LlmClient {
             })
         };
         let mut key = key_for(level);
-        if let Some(hit) = self.cached_reply(&req, &key, schema).await {
-            return Ok(hit);
-        }
+        let entry = match &self.cache {
+            Some(cache) => cache.get(&key).await,
+            None => None,
+        };
+        let unusable = match entry {
+            Some(entry) => match self.cached_reply(&req, entry, schema) {
+                Ok(hit) => return Ok(hit),
+                Err(content) => Some(content),
+            },
+            None => None,
+        };
         if self.replay_only() {
             return Err(self.not_cached(req.stage, &self.settings.model, req.item.as_ref()));
+        }
+        if let Some(queue) = &self.batch {
+            // A batch answer that neither parses nor salvages is final:
+            // asking the same request again would get the same answer.
+            if let Some(content) = unusable {
+                let error = LlmError::InvalidReply {
+                    stage: req.stage,
+                    reason: "the Batch API's answer does not match the expected JSON".into(),
+                    excerpt: reply::excerpt(&content, 200),
+                };
+                self.record(self.row(
+                    req.stage,
+                    &self.settings.model,
+                    req.item.as_ref(),
+                    Usage::default(),
+                    Spent::default(),
+                    true,
+                    Some(&error),
+                ));
+                return Err(error);
+            }
+            return Err(queue.defer(QueuedRequest {
+                custom_id: key,
+                stage: req.stage,
+                item: req.item.clone(),
+                endpoint: Endpoint::Chat,
+                model: self.settings.model.clone(),
+                body: self.chat_body(&req.messages, schema, req.max_tokens, level),
+                keys: Vec::new(),
+            }));
         }
 
         let mut messages = req.messages.clone();
@@ -963,19 +1038,20 @@ impl LlmClient {
     }
 
     /// A cached reply to `req` that still parses within `schema`, recorded
-    /// as a hit.
-    async fn cached_reply<T: DeserializeOwned>(
+    /// as a hit; else the entry's content.
+    fn cached_reply<T: DeserializeOwned>(
         &self,
         req: &ChatRequest,
-        key: &str,
+        hit: CachedReply,
         schema: &Value,
-    ) -> Option<ChatReply<T>> {
-        let hit = self.cache.as_ref()?.get(key).await?;
+    ) -> Result<ChatReply<T>, String> {
         // A cached reply that was cut is salvaged again, with its note.
-        let content = hit.content.as_str()?;
+        let Some(content) = hit.content.as_str() else {
+            return Err(hit.content.to_string());
+        };
         let (value, dropped) = reply::parse_within::<T>(content, schema)
             .or_else(|_| reply::parse_cut::<T>(content, schema))
-            .ok()?;
+            .map_err(|_| content.to_string())?;
         let usage = Usage {
             prompt_tokens: hit.prompt_tokens,
             completion_tokens: hit.completion_tokens,
@@ -989,7 +1065,7 @@ impl LlmClient {
             true,
             None,
         ));
-        Some(ChatReply {
+        Ok(ChatReply {
             value,
             usage,
             cache_hit: true,
@@ -1074,6 +1150,27 @@ impl LlmClient {
         if !missing.is_empty() && self.replay_only() {
             let item = format!("{} texts", missing.len());
             return Err(self.not_cached(stage, &model, Some(&item)));
+        }
+        if let Some(queue) = self.batch.as_ref().filter(|_| !missing.is_empty()) {
+            // One queued request per 64 texts, as a sync run would send.
+            let mut deferred = None;
+            for chunk in missing.chunks(64) {
+                let input: Vec<&str> = chunk.iter().map(|i| texts[*i].as_str()).collect();
+                let chunk_keys: Vec<String> = chunk.iter().map(|i| keys[*i].clone()).collect();
+                let error = queue.defer(QueuedRequest {
+                    custom_id: cache_key(&chunk_keys),
+                    stage,
+                    item: Some(format!("{} texts", input.len())),
+                    endpoint: Endpoint::Embeddings,
+                    model: model.clone(),
+                    body: json!({"model": model, "input": input}),
+                    keys: chunk_keys,
+                });
+                if !error.is_deferred() || deferred.is_none() {
+                    deferred = Some(error);
+                }
+            }
+            return Err(deferred.expect("at least one chunk"));
         }
         if hits > 0 {
             self.record(self.row(
@@ -1194,20 +1291,29 @@ impl LlmClient {
             calls: rows.len() as u64,
             ..LlmTotals::default()
         };
+        let mut cost = 0.0;
+        let (pp, pc) = (
+            self.settings.price_prompt.unwrap_or(0.0),
+            self.settings.price_completion.unwrap_or(0.0),
+        );
         for r in rows {
             if r.cache_hit {
                 t.cache_hits += 1;
             } else {
                 t.prompt_tokens += r.prompt_tokens as u64;
                 t.completion_tokens += r.completion_tokens as u64;
+                // Batch answers cost the batch price.
+                let factor = if super::batch::is_batch_row(r) {
+                    self.settings.batch_price_factor
+                } else {
+                    1.0
+                };
+                cost += factor
+                    * (r.prompt_tokens as f64 / 1e6 * pp + r.completion_tokens as f64 / 1e6 * pc);
             }
         }
         if self.settings.price_prompt.is_some() || self.settings.price_completion.is_some() {
-            t.cost_usd = Some(
-                t.prompt_tokens as f64 / 1e6 * self.settings.price_prompt.unwrap_or(0.0)
-                    + t.completion_tokens as f64 / 1e6
-                        * self.settings.price_completion.unwrap_or(0.0),
-            );
+            t.cost_usd = Some(cost);
         }
         t
     }

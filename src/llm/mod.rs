@@ -10,6 +10,7 @@
 //! * [`test_server`]: a faithful OpenAI-compatible server for tests and
 //!   benchmarks.
 
+pub mod batch;
 pub mod cache;
 pub mod client;
 pub mod limiter;

@@ -109,6 +109,24 @@ pub fn render(stages: &[StagePlan], llm: &LlmSpec) -> String {
     out
 }
 
+/// The batch-mode lines of a dry run: the cost at the batch price and the
+/// rounds (each waits for its batches: minutes to the completion window).
+pub fn render_batch(stages: &[StagePlan], llm: &LlmSpec, rounds: u32) -> String {
+    let t = totals(stages, llm);
+    let cost = match t.max_cost_usd {
+        Some(c) => format!(
+            "at most ${:.4} (sync ${c:.4} × llm.batch.price_factor {})",
+            c * llm.batch.price_factor,
+            llm.batch.price_factor
+        ),
+        None => "unpriced (set llm.price_per_1m_*)".to_string(),
+    };
+    format!(
+        "batch mode (--batch): {cost}, in at most {rounds} rounds of batches, one per stage level; each round waits for its batches (minutes, up to the {} completion window)\n",
+        llm.batch.completion_window
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

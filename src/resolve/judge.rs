@@ -129,6 +129,9 @@ async fn ask<T: DeserializeOwned + Numbered>(
                     };
                     (left, why)
                 }
+                // Batch mode: the answer comes in a later round, which
+                // asks this batch again; nothing to conclude now.
+                Err(e) if e.is_deferred() => continue,
                 Err(e) => (members.clone(), format!("call failed: {e}")),
             };
             if unanswered.is_empty() {

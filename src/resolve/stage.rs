@@ -39,6 +39,22 @@ pub enum ResolveError {
     /// Committed rows could not be read.
     #[error("resolve: {0}")]
     Decode(#[from] DecodeError),
+    /// Batch mode: this step's LLM calls were queued for the Batch API;
+    /// the run's next round gets past it.
+    #[error("resolve: {stage}: waiting for the Batch API")]
+    Waiting {
+        /// The step whose calls were queued.
+        stage: Stage,
+    },
+}
+
+/// Batch mode: stops resolution after a step whose calls were queued
+/// (what follows would be built on missing answers).
+fn settled(cx: &StageContext<'_>, stage: Stage) -> Result<(), ResolveError> {
+    if cx.client.deferred() > 0 {
+        return Err(ResolveError::Waiting { stage });
+    }
+    Ok(())
 }
 
 /// Turns a DataFusion error into resolution's, naming the step.
@@ -127,6 +143,7 @@ pub async fn resolve_run(
     let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
     let mut edges = draft_edges(cx, facts, &resolved, &drafts, &mut out);
     let (committed_edges, changed) = resolve_edges(cx, &mut edges, &mut out).await?;
+    settled(cx, Stage::Contradictions)?;
     // Degrees count the edges that stay.
     let mut degree: HashMap<String, i64> = HashMap::new();
     for e in &edges {
@@ -143,11 +160,13 @@ pub async fn resolve_run(
     let rs = cx.spec;
     if rs.summaries {
         let fails = summarize(cx.client, rs, cx.concurrency, &mut nodes, &edges).await;
+        settled(cx, Stage::Summaries)?;
         out.failures
             .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
     }
     if rs.embeddings || rs.embedding_candidates {
         let fails = embed(cx.client, &mut nodes, &mut edges, cx.run_id, cx.now).await;
+        settled(cx, Stage::EmbedFacts)?;
         out.failures.extend(fails);
     }
     out.changed_edges = changed.len();
@@ -189,7 +208,9 @@ async fn cluster_mentions(
         .collect();
     let rs = cx.spec;
     let vectors = if rs.embedding_candidates {
-        mention_vectors(cx, &keys, out).await
+        let vectors = mention_vectors(cx, &keys, out).await;
+        settled(cx, Stage::EmbedNames)?;
+        vectors
     } else {
         Vec::new()
     };
@@ -222,6 +243,7 @@ async fn cluster_mentions(
             &cases,
         )
         .await;
+        settled(cx, Stage::Adjudicate)?;
         for (case, option) in chosen {
             let o = &open[case];
             if clusters.link(o.mention, &o.options[option]) {

@@ -3,7 +3,14 @@
 //! walk → in-run merge → one commit. Every episode ends either in
 //! `episodes` and the graph, or in `failures` with its reason (and is
 //! retried by the next run, since it is not in `episodes`).
+//!
+//! In batch mode (`llm.mode = "batch"`, `--batch`) a run goes in rounds
+//! ([`crate::llm::batch`]): each round executes the stages against the
+//! response cache, stops after the first stage whose calls were queued,
+//! submits them to the Batch API and waits; the round that needs no new
+//! answer commits.
 
+mod batch;
 mod extraction;
 mod plan;
 
@@ -21,11 +28,12 @@ use crate::ontology::Ontology;
 use crate::resolve::stage::{ResolveError, StageContext, StageOutput};
 use crate::rows::FailureRow;
 use crate::source::{self, Loaded, SourceError};
-use crate::spec::PipelineSpec;
+use crate::spec::{LlmMode, PipelineSpec};
 use crate::stage::{Stage, Timings};
 use crate::store::{self, Changes, GraphStore, RunRow, RunStats, StoreError, Transaction};
+pub use batch::BatchProgress;
 use extraction::Extraction;
-pub use plan::plan;
+pub use plan::{batch_rounds, plan};
 
 /// Errors that stop a run (bad items are `failures` rows instead).
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +59,28 @@ pub enum RunError {
     /// Resolution failed.
     #[error(transparent)]
     Resolve(#[from] ResolveError),
+    /// Batch mode: the Batch API or the batch ledger failed.
+    #[error(transparent)]
+    Batch(#[from] crate::llm::batch::BatchError),
+    /// Batch mode needs the response cache: answers arrive there.
+    #[error(
+        "batch mode needs the response cache (its answers arrive there): set llm.cache = true and run without --no-cache / --refresh-cache / --replay"
+    )]
+    BatchNeedsCache,
+    /// `--no-wait` without batch mode.
+    #[error("--no-wait applies to batch mode only: add --batch or set llm.mode = \"batch\"")]
+    NoWaitNeedsBatch,
+    /// Batch mode went through `llm.batch.max_rounds` rounds and still
+    /// queued calls.
+    #[error(
+        "batch mode: {rounds} rounds and the run still queued calls (last at {stage}); raise llm.batch.max_rounds if the ontology is that deep"
+    )]
+    TooManyRounds {
+        /// Rounds made.
+        rounds: u32,
+        /// The stage that queued calls in the last round.
+        stage: Stage,
+    },
     /// The `[[mapping]]` tables break rules.
     #[error(transparent)]
     Mapping(#[from] MappingError),
@@ -67,6 +97,11 @@ pub struct RunOptions {
     pub cache: CacheMode,
     /// Where progress goes (nowhere by default).
     pub progress: Progress,
+    /// Batch mode even when the spec says `llm.mode = "sync"`.
+    pub batch: bool,
+    /// Batch mode: submit what the next round needs and return without
+    /// waiting (for schedulers); the next run collects.
+    pub no_wait: bool,
 }
 
 /// Progress of a phase that works episode by episode.
@@ -162,6 +197,10 @@ pub struct RunReport {
     pub cost_usd: Option<f64>,
     /// The plan (dry run).
     pub plan: Vec<StagePlan>,
+    /// Dry run: the rounds batch mode would make at most.
+    pub batch_rounds: u32,
+    /// Batch mode: rounds, submissions and what is still running.
+    pub batch: Option<batch::BatchProgress>,
     /// Wall time.
     pub seconds: f64,
     /// Wall time of each stage, in the order they ran: `source` (listing,
@@ -215,7 +254,7 @@ pub async fn run(
         episodes_seen: loaded.episodes.len(),
         ..RunReport::default()
     };
-    let mark = report.timings.lap(Stage::Source, started);
+    report.timings.lap(Stage::Source, started);
     let job = Job {
         spec,
         ontology,
@@ -224,26 +263,59 @@ pub async fn run(
         mappings,
         default_cache: format!("{}_cache/llm/", store.url()),
     };
+    let batch_mode = options.batch || spec.llm.mode == LlmMode::Batch;
+    if options.no_wait && !batch_mode {
+        return Err(RunError::NoWaitNeedsBatch);
+    }
     if options.dry_run {
         dry_run(&job, store, &mut report).await?;
+    } else if batch_mode {
+        batch::rounds(&job, store, &mut report).await?;
     } else {
-        let mut tx = store.begin("run", group_id).await?;
-        report.timings.lap(Stage::Open, mark);
-        match execute(&job, &mut tx, &mut report).await {
-            Ok((changes, mut stats)) => {
-                let mark = Instant::now();
-                stats.ontology_hash = tx.stage_changes(&changes, ontology)?;
-                report.run = Some(tx.commit(stats).await?);
-                report.timings.lap(Stage::Commit, mark);
-            }
-            Err(e) => {
-                tx.fail(&e.to_string(), RunStats::default()).await.ok();
-                return Err(e);
-            }
-        }
+        attempt(&job, store, &mut report, None).await?;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// One pass over the stages in a transaction of its own: commits, or in
+/// batch mode abandons the transaction (writing nothing) and returns the
+/// stage whose calls were queued.
+async fn attempt(
+    job: &Job<'_>,
+    store: &GraphStore,
+    report: &mut RunReport,
+    batch: Option<&batch::Round>,
+) -> Result<Option<Stage>, RunError> {
+    let mark = Instant::now();
+    let mut tx = store.begin("run", &job.spec.output.group_id).await?;
+    report.timings.lap(Stage::Open, mark);
+    match execute(job, &mut tx, report, batch).await {
+        Ok(Outcome::Done(done)) => {
+            let (changes, mut stats) = *done;
+            let mark = Instant::now();
+            stats.ontology_hash = tx.stage_changes(&changes, job.ontology)?;
+            report.run = Some(tx.commit(stats).await?);
+            report.timings.lap(Stage::Commit, mark);
+            Ok(None)
+        }
+        Ok(Outcome::Waiting(stage)) => {
+            tx.abandon().await?;
+            Ok(Some(stage))
+        }
+        Err(e) => {
+            tx.fail(&e.to_string(), RunStats::default()).await.ok();
+            Err(e)
+        }
+    }
+}
+
+/// How [`execute`] ended.
+enum Outcome {
+    /// The rows to commit and the run's counts.
+    Done(Box<(Changes, RunStats)>),
+    /// Batch mode: this stage's calls were queued; nothing to commit yet.
+    Waiting(Stage),
 }
 
 /// `--dry-run`: the plan over the episodes a run would take on.
@@ -264,6 +336,7 @@ async fn dry_run(
         .collect();
     report.episodes_mapped = todo.len() - to_extract.len();
     report.plan = plan(job.ontology, &job.spec.extract, all, &to_extract);
+    report.batch_rounds = plan::batch_rounds(job.ontology, &job.spec.extract, &job.spec.resolve);
     let source_failures = job.loaded.failures.len();
     *report
         .failures_by_stage
@@ -293,23 +366,45 @@ async fn todo(
     Ok(todo)
 }
 
-/// The run's LLM client, with the response cache the spec and options ask
-/// for.
-fn open_client(job: &Job<'_>, run_id: &str) -> Result<LlmClient, RunError> {
+/// The response cache the spec and options ask for, if any.
+fn open_cache(job: &Job<'_>) -> Result<Option<ResponseCache>, RunError> {
     let (spec, mode) = (job.spec, job.options.cache);
     // --replay reads the cache even with llm.cache = false: the flag asks
     // for exactly that, and without a cache it could only fail every call.
-    let cache = if (spec.llm.cache && mode != CacheMode::Off) || mode == CacheMode::Replay {
+    if (spec.llm.cache && mode != CacheMode::Off) || mode == CacheMode::Replay {
         let location = spec.llm.cache_url.as_deref().unwrap_or(&job.default_cache);
-        Some(ResponseCache::open(
+        Ok(Some(ResponseCache::open(
             location,
             &spec.output.storage_options,
             mode,
-        )?)
+        )?))
     } else {
-        None
+        Ok(None)
+    }
+}
+
+/// The run's LLM client, with the response cache the spec and options ask
+/// for, and in batch mode the round's queue.
+fn open_client(
+    job: &Job<'_>,
+    run_id: &str,
+    batch: Option<&batch::Round>,
+) -> Result<LlmClient, RunError> {
+    let client = LlmClient::new(&job.spec.llm, open_cache(job)?, run_id)?;
+    Ok(match batch {
+        Some(round) => client.with_batch_queue(round.queue.clone()),
+        None => client,
+    })
+}
+
+/// Batch mode: returns from [`execute`] when the stage just run queued
+/// calls.
+macro_rules! settled {
+    ($client:expr, $stage:expr) => {
+        if $client.deferred() > 0 {
+            return Ok(Outcome::Waiting($stage));
+        }
     };
-    Ok(LlmClient::new(&spec.llm, cache, run_id)?)
 }
 
 /// Every stage of a run between opening the graph and committing: what to
@@ -318,13 +413,14 @@ async fn execute(
     job: &Job<'_>,
     tx: &mut Transaction,
     report: &mut RunReport,
-) -> Result<(Changes, RunStats), RunError> {
+    batch: Option<&batch::Round>,
+) -> Result<Outcome, RunError> {
     let run_id = tx.run_id().to_string();
     let mark = Instant::now();
     let ctx = tx.base_context().await?;
     let mark = report.timings.lap(Stage::Open, mark);
     let todo = todo(&ctx, job, report).await?;
-    let client = Arc::new(open_client(job, &run_id)?);
+    let client = Arc::new(open_client(job, &run_id, batch)?);
     let concurrency = (job.spec.llm.max_concurrency as usize).max(1);
     let mut mark = report.timings.lap(Stage::Source, mark);
 
@@ -343,12 +439,16 @@ async fn execute(
     mark = report.timings.lap(Stage::MapRecords, mark);
     work.entities(&to_extract).await;
     mark = report.timings.lap(Stage::ExtractEntities, mark);
+    settled!(client, Stage::ExtractEntities);
     work.classify_entities().await;
     mark = report.timings.lap(Stage::ClassifyEntities, mark);
+    settled!(client, Stage::ClassifyEntities);
     work.facts(&to_extract).await;
     mark = report.timings.lap(Stage::ExtractFacts, mark);
+    settled!(client, Stage::ExtractFacts);
     work.classify_facts().await;
     mark = report.timings.lap(Stage::ClassifyFacts, mark);
+    settled!(client, Stage::ClassifyFacts);
     work.join_mapped();
 
     let now = Utc::now();
@@ -364,7 +464,10 @@ async fn execute(
         now,
         base_short_id: store::max_short_id(&ctx).await?,
     };
-    let resolved = crate::resolve::stage::resolve_run(&cx, &mentions, &facts).await?;
+    let resolved = match crate::resolve::stage::resolve_run(&cx, &mentions, &facts).await {
+        Err(ResolveError::Waiting { stage }) => return Ok(Outcome::Waiting(stage)),
+        resolved => resolved?,
+    };
     let mut failures = job
         .loaded
         .failures
@@ -383,12 +486,17 @@ async fn execute(
         updated_node_ids: resolved.updated_node_ids,
         edges: resolved.edges,
         edges_changed: resolved.changed_edges > 0,
-        llm_calls: client.take_calls(),
+        llm_calls: match batch {
+            // The Batch API's answers are accounted by the run that uses
+            // them; this round's own rows are cache reads.
+            Some(round) => [round.call_rows(&ctx, &run_id).await?, client.take_calls()].concat(),
+            None => client.take_calls(),
+        },
         failures: [failures, resolved.failures].concat(),
     };
     let stats = report.account(&client, &changes);
     report.timings.lap(Stage::Resolve, mark);
-    Ok((changes, stats))
+    Ok(Outcome::Done(Box::new((changes, stats))))
 }
 
 impl RunReport {

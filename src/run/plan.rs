@@ -5,6 +5,7 @@ use super::extraction::Documents;
 use crate::extract::{self, ExtractSpec};
 use crate::llm::plan::StagePlan;
 use crate::ontology::{Ontology, TypeTree};
+use crate::resolve::ResolveSpec;
 use crate::source::Episode;
 use crate::stage::Stage;
 
@@ -87,4 +88,36 @@ pub fn plan(
         (64, 32),
     ));
     stages
+}
+
+/// Batch mode: the rounds a run makes at most, one per stage level (a
+/// level's questions are built on the answers of the one before): entity
+/// extraction, each level of the entity walk, fact extraction, each level
+/// of the edge walk, then adjudication, contradictions, summaries and
+/// embeddings when they are on. The last round only commits.
+pub fn batch_rounds(ontology: &Ontology, extract: &ExtractSpec, resolve: &ResolveSpec) -> u32 {
+    // A walk asks one level per round: as deep as the deepest parent.
+    let depth = |tree: &TypeTree| {
+        tree.iter()
+            .filter(|t| !t.children.is_empty())
+            .filter_map(|t| tree.chain(&t.name).map(|c| c.len() as u32))
+            .max()
+            .unwrap_or(0)
+    };
+    let edge_walk = if extract.fold_edge_subtypes {
+        0
+    } else {
+        depth(&ontology.edge_tree)
+    };
+    let optional = [
+        resolve.embedding_candidates,
+        resolve.adjudicate,
+        resolve.judge_contradictions,
+        resolve.summaries,
+        resolve.embeddings || resolve.embedding_candidates,
+    ];
+    2 + depth(&ontology.entity_tree)
+        + edge_walk
+        + optional.iter().filter(|on| **on).count() as u32
+        + 1
 }

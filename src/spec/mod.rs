@@ -277,6 +277,69 @@ pub struct LlmSpec {
     /// Extra fields merged into every chat request body, e.g.
     /// `{ cache_prompt = false }` for llama.cpp, `{ seed = 7 }`.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// `sync` (calls answered as they are made) or `batch` (each stage's
+    /// calls go to the provider's Batch API, answered within its
+    /// completion window at its batch price).
+    pub mode: LlmMode,
+    /// `[llm.batch]`: limits and timing of batch mode.
+    pub batch: BatchSpec,
+}
+
+/// How LLM calls are executed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmMode {
+    /// One HTTP request per call, answered at once.
+    #[default]
+    Sync,
+    /// The OpenAI / Azure OpenAI Batch API: calls are written to JSONL
+    /// files, submitted, polled and collected round by round.
+    Batch,
+}
+
+/// `[llm.batch]`: the Batch API's limits (per input file) and how it is
+/// polled. The defaults are OpenAI's limits; Azure allows 100,000
+/// requests per file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchSpec {
+    /// Most requests in one input file (OpenAI: 50,000; Azure: 100,000).
+    pub max_requests_per_file: usize,
+    /// Largest input file in bytes (both: 200 MB).
+    pub max_bytes_per_file: u64,
+    /// Sent as `completion_window` (the only value providers accept today
+    /// is `24h`).
+    pub completion_window: String,
+    /// First wait between polls of a batch, in seconds; doubles while
+    /// nothing changes.
+    pub poll_initial_secs: f64,
+    /// Longest wait between polls, in seconds (Azure asks for at most one
+    /// poll a minute).
+    pub poll_max_secs: f64,
+    /// Rounds a request may be submitted in (a request that failed in the
+    /// error file, or whose batch failed, expired or was cancelled, is
+    /// submitted again in the next round); then it is a `failures` row.
+    pub max_attempts: u32,
+    /// Most rounds one run makes (one per stage level: entities, each
+    /// subtype level, facts, …); a guard, not a tuning knob.
+    pub max_rounds: u32,
+    /// Batch price as a share of the sync price (OpenAI and Azure: 0.5).
+    pub price_factor: f64,
+}
+
+impl Default for BatchSpec {
+    fn default() -> Self {
+        BatchSpec {
+            max_requests_per_file: 50_000,
+            max_bytes_per_file: 200_000_000,
+            completion_window: "24h".to_string(),
+            poll_initial_secs: 5.0,
+            poll_max_secs: 60.0,
+            max_attempts: 3,
+            max_rounds: 40,
+            price_factor: 0.5,
+        }
+    }
 }
 
 /// Wire conventions of the endpoint.
@@ -331,6 +394,8 @@ impl Default for LlmSpec {
             embedding_model: None,
             embedding_base_url: None,
             extra_body: serde_json::Map::new(),
+            mode: LlmMode::Sync,
+            batch: BatchSpec::default(),
         }
     }
 }
@@ -352,6 +417,8 @@ impl std::fmt::Debug for LlmSpec {
             .field("structured_output", &self.structured_output)
             .field("max_attempts", &self.max_attempts)
             .field("cache", &self.cache)
+            .field("mode", &self.mode)
+            .field("batch", &self.batch)
             .field(
                 "extra_body_keys",
                 &self.extra_body.keys().collect::<Vec<_>>(),
@@ -490,6 +557,32 @@ impl PipelineSpec {
             if price.is_some_and(|p| !p.is_finite() || p < 0.0) {
                 return bad(key, "must be a non-negative number");
             }
+        }
+        let b = &llm.batch;
+        if b.max_requests_per_file == 0 {
+            return bad("llm.batch.max_requests_per_file", "must be at least 1");
+        }
+        if b.max_bytes_per_file < 1024 {
+            return bad("llm.batch.max_bytes_per_file", "must be at least 1024");
+        }
+        if !(b.poll_initial_secs.is_finite()
+            && b.poll_initial_secs > 0.0
+            && b.poll_max_secs.is_finite()
+            && b.poll_initial_secs <= b.poll_max_secs)
+        {
+            return bad(
+                "llm.batch.poll_initial_secs",
+                "must be a positive number of seconds, at most llm.batch.poll_max_secs",
+            );
+        }
+        if b.max_attempts == 0 {
+            return bad("llm.batch.max_attempts", "must be at least 1");
+        }
+        if b.max_rounds == 0 {
+            return bad("llm.batch.max_rounds", "must be at least 1");
+        }
+        if !(b.price_factor.is_finite() && b.price_factor >= 0.0) {
+            return bad("llm.batch.price_factor", "must be a non-negative number");
         }
         if !llm.base_url.starts_with("http://") && !llm.base_url.starts_with("https://") {
             return bad("llm.base_url", "must be an http:// or https:// URL");

@@ -6,6 +6,7 @@
 
 mod add_command;
 mod architecture;
+mod batch_mode;
 mod bench;
 mod common;
 mod convergence;

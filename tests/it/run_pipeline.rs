@@ -119,7 +119,7 @@ fn classify(user: &str, facts: bool, po_is_plain: bool) -> Value {
     json!({"items": items})
 }
 
-fn responder(
+pub(crate) fn responder(
     fail_entities: Arc<AtomicBool>,
     po_is_plain: Arc<AtomicBool>,
 ) -> impl Fn(&ChatRequestView) -> Reply + Send + Sync {
@@ -180,17 +180,17 @@ fn responder(
     }
 }
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    server: TestServer,
-    spec: PipelineSpec,
-    store: GraphStore,
-    fail_entities: Arc<AtomicBool>,
-    po_is_plain: Arc<AtomicBool>,
-    source_file: std::path::PathBuf,
+pub(crate) struct Fixture {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) server: TestServer,
+    pub(crate) spec: PipelineSpec,
+    pub(crate) store: GraphStore,
+    pub(crate) fail_entities: Arc<AtomicBool>,
+    pub(crate) po_is_plain: Arc<AtomicBool>,
+    pub(crate) source_file: std::path::PathBuf,
 }
 
-async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
+pub(crate) async fn fixture(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let source = dir.path().join("episodes");
     std::fs::create_dir_all(&source).expect("mkdir");
@@ -247,7 +247,10 @@ pub(crate) async fn query(store: &GraphStore, sql: &str) -> Vec<Value> {
     serde_json::from_str::<Vec<Value>>(&text).expect("json rows")
 }
 
-fn stage_calls(server: &TestServer, needle: &str) -> Vec<graphloom::llm::test_server::Recorded> {
+pub(crate) fn stage_calls(
+    server: &TestServer,
+    needle: &str,
+) -> Vec<graphloom::llm::test_server::Recorded> {
     server
         .requests()
         .into_iter()
@@ -701,7 +704,7 @@ async fn a_grown_archive_resolves_new_mentions_to_committed_nodes_and_upgrades_c
     assert_eq!(consistent[0]["n"], 0);
 }
 
-const EMPLOYMENT: &str = r#"{"id": "e7", "content": "Priya Raman works full time for Acme Corp.", "kind": "message", "reference_time": "2025-01-05T10:00:00Z"}
+pub(crate) const EMPLOYMENT: &str = r#"{"id": "e7", "content": "Priya Raman works full time for Acme Corp.", "kind": "message", "reference_time": "2025-01-05T10:00:00Z"}
 {"id": "e8", "content": "Priya Raman is at Brightline Systems now.", "kind": "message", "reference_time": "2025-03-20T10:00:00Z"}
 "#;
 
@@ -802,7 +805,7 @@ async fn an_identity_property_resolves_a_mention_under_another_name() {
     assert_eq!(po[0]["episode_ids"].as_array().map(Vec::len), Some(3));
 }
 
-const GREY: &str = "{\"id\": \"e10\", \"content\": \"Brightline System shipped the order.\", \"kind\": \"message\", \"reference_time\": \"2025-04-01T10:00:00Z\"}\n";
+pub(crate) const GREY: &str = "{\"id\": \"e10\", \"content\": \"Brightline System shipped the order.\", \"kind\": \"message\", \"reference_time\": \"2025-04-01T10:00:00Z\"}\n";
 
 async fn brightline(store: &GraphStore) -> Vec<Value> {
     query(

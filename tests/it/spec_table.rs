@@ -41,7 +41,8 @@ fn readme_table() -> BTreeMap<String, String> {
 }
 
 /// Every key of the spec with its default, `section.key` (the sections
-/// are tables; their keys are the spec's fields).
+/// are tables; their keys are the spec's fields), and `section.sub.key`
+/// for a sub-table such as `[llm.batch]`.
 fn spec_defaults() -> BTreeMap<String, Value> {
     let spec = PipelineSpec::from_toml(
         "[source]\nurl = \"file:///archive/\"\n[output]\ngraph = \"file:///graph/\"\n",
@@ -54,7 +55,19 @@ fn spec_defaults() -> BTreeMap<String, Value> {
         match keys.as_object() {
             Some(keys) => {
                 for (key, v) in keys {
-                    out.insert(format!("{section}.{key}"), v.clone());
+                    match v.as_object().filter(|sub| !sub.is_empty()) {
+                        // A sub-table with defaults (`[llm.batch]`): its
+                        // keys are rows (maps such as `extra_body` default
+                        // to empty and are one row).
+                        Some(sub) => {
+                            for (k, v) in sub {
+                                out.insert(format!("{section}.{key}.{k}"), v.clone());
+                            }
+                        }
+                        None => {
+                            out.insert(format!("{section}.{key}"), v.clone());
+                        }
+                    }
                 }
             }
             // An array of tables (`[[mapping]]`) is one row of its own.
