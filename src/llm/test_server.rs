@@ -1367,46 +1367,9 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
             )
         }
         Kind::Chat(request) => {
-            let model = request
-                .as_ref()
-                .map_or("unknown", |v| v.model.as_str())
-                .to_owned();
-            match (fault, request) {
-                (Some(fault), _) => {
-                    let normal = completion_response(
-                        &completion_id,
-                        &model,
-                        DEFAULT_CONTENT,
-                        "stop",
-                        prompt,
-                        1,
-                    );
-                    fault_action(fault, &completion_id, &model, normal, Some(prompt))
-                }
-                (None, Err(bad)) => (Action::Respond(bad.response()), 0),
-                (None, Ok(view)) => {
-                    chat_action(scripted, &responder, &view, &completion_id, prompt).await
-                }
-            }
+            chat_outcome(fault, request, scripted, &responder, &completion_id, prompt).await
         }
-        Kind::Embeddings(request) => match (fault, request) {
-            (fault, Ok(request)) => {
-                let normal = embeddings_response(&request, false);
-                match fault {
-                    Some(Fault::InvalidContent) => {
-                        (Action::Respond(embeddings_response(&request, true)), 0)
-                    }
-                    Some(fault) => {
-                        fault_action(fault, &completion_id, &request.model, normal, None)
-                    }
-                    None => (Action::Respond(normal), 0),
-                }
-            }
-            (Some(fault), Err(bad)) => {
-                fault_action(fault, &completion_id, "unknown", bad.response(), None)
-            }
-            (None, Err(bad)) => (Action::Respond(bad.response()), 0),
-        },
+        Kind::Embeddings(request) => embeddings_outcome(fault, request, &completion_id),
     };
     if !latency.is_zero() {
         sleep(latency).await;
@@ -1421,6 +1384,53 @@ async fn handle(shared: &Shared, connection: u64, head: &Head, body: &[u8]) -> A
         Action::Respond(resp) => Action::Respond(resp.with_header("x-request-id", request_id)),
         Action::Truncate(resp) => Action::Truncate(resp.with_header("x-request-id", request_id)),
         Action::Close => Action::Close,
+    }
+}
+
+/// The action for a chat request, with the completion tokens it reports:
+/// the injected fault, else the 400 of a malformed request, else the
+/// reply ([`chat_action`]). `id` is the `chat.completion`'s id.
+async fn chat_outcome(
+    fault: Option<Fault>,
+    request: Result<ChatRequestView, BadRequest>,
+    scripted: Option<Reply>,
+    responder: &Responder,
+    id: &str,
+    prompt: u64,
+) -> (Action, u64) {
+    let model = request
+        .as_ref()
+        .map_or("unknown", |v| v.model.as_str())
+        .to_owned();
+    match (fault, request) {
+        (Some(fault), _) => {
+            let normal = completion_response(id, &model, DEFAULT_CONTENT, "stop", prompt, 1);
+            fault_action(fault, id, &model, normal, Some(prompt))
+        }
+        (None, Err(bad)) => (Action::Respond(bad.response()), 0),
+        (None, Ok(view)) => chat_action(scripted, responder, &view, id, prompt).await,
+    }
+}
+
+/// The action for an embeddings request: the injected fault (an invalid
+/// content is a list without embeddings), else the 400 of a malformed
+/// request, else the embeddings.
+fn embeddings_outcome(
+    fault: Option<Fault>,
+    request: Result<EmbeddingsRequest, BadRequest>,
+    id: &str,
+) -> (Action, u64) {
+    match (fault, request) {
+        (Some(Fault::InvalidContent), Ok(request)) => {
+            (Action::Respond(embeddings_response(&request, true)), 0)
+        }
+        (Some(fault), Ok(request)) => {
+            let normal = embeddings_response(&request, false);
+            fault_action(fault, id, &request.model, normal, None)
+        }
+        (None, Ok(request)) => (Action::Respond(embeddings_response(&request, false)), 0),
+        (Some(fault), Err(bad)) => fault_action(fault, id, "unknown", bad.response(), None),
+        (None, Err(bad)) => (Action::Respond(bad.response()), 0),
     }
 }
 

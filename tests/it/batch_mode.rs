@@ -327,6 +327,13 @@ fn graphloom(args: &[&str]) -> std::process::Command {
     cmd
 }
 
+/// `graphloom <args> PIPELINE --graph GRAPH`.
+fn on_graph(args: &[&str], pipeline: &Path, graph: &str) -> std::process::Command {
+    let mut cmd = graphloom(args);
+    cmd.arg(pipeline).args(["--graph", graph]);
+    cmd
+}
+
 fn ok(mut cmd: std::process::Command, what: &str) -> String {
     let out = cmd.output().expect("spawn graphloom");
     assert!(out.status.success(), "{}", common::describe(what, &out));
@@ -355,9 +362,7 @@ async fn a_run_killed_while_polling_resumes_its_batches_without_creating_them_ag
     let pipeline = pipeline_file(&f, dir.path());
     let graph = f.store.url().as_str().to_string();
     f.server.push_batch_ends([BatchEnd::StuckInProgress]);
-    let mut child = graphloom(&["run", "--batch"])
-        .arg(&pipeline)
-        .args(["--graph", &graph])
+    let mut child = on_graph(&["run", "--batch"], &pipeline, &graph)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -386,11 +391,7 @@ async fn a_run_killed_while_polling_resumes_its_batches_without_creating_them_ag
 
     f.server.release_batches();
     ok(
-        {
-            let mut c = graphloom(&["run", "--batch"]);
-            c.arg(&pipeline).args(["--graph", &graph]);
-            c
-        },
+        on_graph(&["run", "--batch"], &pipeline, &graph),
         "resumed run",
     );
     assert_eq!(user_view(&f).await, expected);
@@ -412,11 +413,7 @@ async fn no_wait_submits_and_exits_and_a_cancelled_batch_gives_its_partial_outpu
     let pipeline = pipeline_file(&f, dir.path());
     let graph = f.store.url().as_str().to_string();
     f.server.push_batch_ends([BatchEnd::StuckInProgress]);
-    let run_no_wait = || {
-        let mut c = graphloom(&["run", "--batch", "--no-wait"]);
-        c.arg(&pipeline).args(["--graph", &graph]);
-        c
-    };
+    let run_no_wait = || on_graph(&["run", "--batch", "--no-wait"], &pipeline, &graph);
     let out = ok(run_no_wait(), "run --no-wait");
     assert!(out.contains("submitted 1 batch(es)"), "{out}");
     assert!(out.contains("nothing committed yet"), "{out}");
@@ -426,11 +423,7 @@ async fn no_wait_submits_and_exits_and_a_cancelled_batch_gives_its_partial_outpu
     assert_eq!(f.server.batch_creates(), 1);
 
     let out = ok(
-        {
-            let mut c = graphloom(&["batches", "cancel"]);
-            c.arg(&pipeline).args(["--graph", &graph]);
-            c
-        },
+        on_graph(&["batches", "cancel"], &pipeline, &graph),
         "batches cancel",
     );
     assert!(out.contains("asked to cancel batch_test"), "{out}");
@@ -441,11 +434,7 @@ async fn no_wait_submits_and_exits_and_a_cancelled_batch_gives_its_partial_outpu
     assert!(listed.contains("cancelling"), "{listed}");
 
     ok(
-        {
-            let mut c = graphloom(&["run", "--batch"]);
-            c.arg(&pipeline).args(["--graph", &graph]);
-            c
-        },
+        on_graph(&["run", "--batch"], &pipeline, &graph),
         "run to the end",
     );
     assert_eq!(user_view(&f).await, expected);

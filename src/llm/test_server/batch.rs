@@ -24,9 +24,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde_json::{Value, json};
 
 use super::{
-    Action, BadRequest, DEFAULT_CONTENT, Fault, Head, Response, Shared, TestServer, chat_action,
-    completion_response, embeddings_response, error_json, fault_action, invalid_request,
-    parse_chat, parse_embeddings, prompt_tokens, rate_limited, record,
+    Action, BadRequest, Fault, Head, Response, Shared, TestServer, chat_outcome,
+    embeddings_outcome, error_json, invalid_request, parse_chat, parse_embeddings, prompt_tokens,
+    rate_limited, record,
 };
 
 /// How a batch ends; see [`TestServer::push_batch_ends`].
@@ -705,58 +705,22 @@ async fn answer_line(shared: &Shared, batch_id: &str, line: &Line) -> (u16, Valu
     let fault = fault.filter(|f| !matches!(f, Fault::Slow(_)));
     let id = format!("chatcmpl-test{seq}");
     let (action, completion) = match (chat, embed) {
-        (Some(request), _) => {
-            let model = request
-                .as_ref()
-                .map_or("unknown", |v| v.model.as_str())
-                .to_owned();
-            match (fault, request) {
-                (Some(fault), _) => {
-                    let normal =
-                        completion_response(&id, &model, DEFAULT_CONTENT, "stop", prompt, 1);
-                    fault_action(fault, &id, &model, normal, Some(prompt))
-                }
-                (None, Err(bad)) => (Action::Respond(bad.response()), 0),
-                (None, Ok(view)) => chat_action(scripted, &responder, &view, &id, prompt).await,
-            }
-        }
-        (None, Some(Ok(request))) => match fault {
-            Some(Fault::InvalidContent) => {
-                (Action::Respond(embeddings_response(&request, true)), 0)
-            }
-            Some(fault) => {
-                let normal = embeddings_response(&request, false);
-                fault_action(fault, &id, &request.model, normal, None)
-            }
-            None => (Action::Respond(embeddings_response(&request, false)), 0),
-        },
-        (None, Some(Err(bad))) => (Action::Respond(bad.response()), 0),
+        (Some(request), _) => chat_outcome(fault, request, scripted, &responder, &id, prompt).await,
+        (None, Some(request)) => embeddings_outcome(fault, request, &id),
         (None, None) => (Action::Close, 0),
     };
-    let (status, body) = match action {
-        Action::Respond(resp) => match serde_json::from_slice::<Value>(&resp.body) {
-            Ok(body) => (resp.status, body),
-            // A body that is not JSON (a broken reply) cannot be a line.
-            Err(_) => (
-                500,
-                error_json(
-                    "The server had an error processing your request.",
-                    "server_error",
-                    None,
-                    None,
-                ),
-            ),
-        },
-        Action::Truncate(_) | Action::Close => (
-            500,
-            error_json(
-                "The server had an error processing your request.",
-                "server_error",
-                None,
-                None,
-            ),
-        ),
+    // A body that is not JSON (a broken or cut reply) cannot be a line:
+    // the line says the server failed.
+    let parsed = match &action {
+        Action::Respond(resp) => serde_json::from_slice::<Value>(&resp.body)
+            .ok()
+            .map(|body| (resp.status, body)),
+        Action::Truncate(_) | Action::Close => None,
     };
+    let (status, body) = parsed.unwrap_or_else(|| {
+        let message = "The server had an error processing your request.";
+        (500, error_json(message, "server_error", None, None))
+    });
     shared.finish(seq, status, completion);
     (status, body)
 }
