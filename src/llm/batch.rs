@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::cache::{CachedReply, ResponseCache};
-use super::client::{ApiKey, LlmError, auth_headers};
+use super::client::{ApiKey, LlmError, auth_headers, redact};
 use crate::rows::LlmCallRow;
 use crate::spec::{ApiStyle, BatchSpec, LlmSpec};
 use crate::stage::Stage;
@@ -384,6 +384,8 @@ impl Ledger {
 /// The Batch API of the spec's provider: files and batches.
 pub struct BatchApi {
     http: reqwest::Client,
+    /// Only to redact it from what the provider sends back.
+    key: Option<ApiKey>,
     base: String,
     embedding_base: String,
     style: ApiStyle,
@@ -427,6 +429,7 @@ impl BatchApi {
             .map_err(|e| LlmError::Setup(e.without_url().to_string()))?;
         Ok(BatchApi {
             http,
+            key,
             base: batch_base(&llm.base_url, llm.api_style),
             embedding_base: batch_base(
                 llm.embedding_base_url.as_deref().unwrap_or(&llm.base_url),
@@ -484,7 +487,7 @@ impl BatchApi {
                         .ok()
                         .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
                         .unwrap_or_else(|| text.chars().take(300).collect());
-                    last = format!("HTTP {status}: {message}");
+                    last = redact(self.key.as_ref(), &format!("HTTP {status}: {message}"));
                     if status != 429 && status < 500 {
                         break;
                     }
@@ -887,7 +890,12 @@ async fn collect(
     }
     record.status = status.to_string();
     record.answered = answered;
-    record.failed = failed;
+    // The reasons are the provider's text: they go to the ledger, logs
+    // and `failures`, never with a key.
+    record.failed = failed
+        .into_iter()
+        .map(|(id, why)| (id, redact(api.key.as_ref(), &why)))
+        .collect();
     record.ended_at = Some(Utc::now());
     Ok(())
 }

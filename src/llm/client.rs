@@ -118,6 +118,31 @@ pub(crate) fn auth_headers(style: ApiStyle, key: Option<&ApiKey>) -> Result<Head
     Ok(headers)
 }
 
+/// `text` without `key` and without anything shaped like an OpenAI key
+/// (`sk-…`), for text that came back from a server before it is stored or
+/// shown.
+pub(crate) fn redact(key: Option<&ApiKey>, text: &str) -> String {
+    let mut out = text.to_string();
+    if let Some(ApiKey(k)) = key
+        && k.len() >= 4
+    {
+        out = out.replace(k.as_str(), "[redacted]");
+    }
+    out.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+        .map(|w| {
+            if w.trim_start_matches(['"', '\'']).starts_with("sk-") {
+                let tail: String = w
+                    .chars()
+                    .filter(|c| c.is_whitespace() || *c == '"' || *c == '\'')
+                    .collect();
+                format!("[redacted]{tail}")
+            } else {
+                w.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The API key. Its `Debug` never shows it; it is sent only as a header
 /// marked sensitive.
 #[derive(Clone)]
@@ -515,25 +540,7 @@ impl LlmClient {
     /// Removes the key (and anything shaped like an OpenAI key) from text
     /// that came back from the server before it is stored or shown.
     fn redact(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        if let Some(ApiKey(k)) = &self.key
-            && k.len() >= 4
-        {
-            out = out.replace(k.as_str(), "[redacted]");
-        }
-        out.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'')
-            .map(|w| {
-                if w.trim_start_matches(['"', '\'']).starts_with("sk-") {
-                    let tail: String = w
-                        .chars()
-                        .filter(|c| c.is_whitespace() || *c == '"' || *c == '\'')
-                        .collect();
-                    format!("[redacted]{tail}")
-                } else {
-                    w.to_string()
-                }
-            })
-            .collect()
+        redact(self.key.as_ref(), text)
     }
 
     fn backoff(&self, attempt: u32) -> Duration {

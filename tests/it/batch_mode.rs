@@ -455,3 +455,75 @@ async fn no_wait_submits_and_exits_and_a_cancelled_batch_gives_its_partial_outpu
         "each entity question answered once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_in_the_providers_error_text_never_reaches_the_ledger() {
+    use graphloom::llm::batch::{BatchApi, Endpoint, QueuedRequest, submit, wait_all};
+    use graphloom::llm::{ApiKey, CacheMode, ResponseCache};
+    const KEY: &str = "sk-test-0123456789abcdef";
+    let server = TestServer::start(Behavior::with_responder(|_: &ChatRequestView| {
+        Reply::error(
+            401,
+            &format!("Incorrect API key provided: {KEY}."),
+            "invalid_request_error",
+            Some("invalid_api_key"),
+        )
+    }))
+    .await
+    .expect("server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = dir.path().to_str().expect("utf-8");
+    let mut spec = PipelineSpec::from_toml(
+        "[output]\ngraph = \"file:///graph/\"\n",
+        Path::new("key.toml"),
+    )
+    .expect("a minimal spec");
+    spec.llm.base_url = server.base_url();
+    spec.llm.batch.poll_initial_secs = 0.01;
+    spec.llm.batch.poll_max_secs = 0.05;
+    let api = BatchApi::with_key(&spec.llm, Some(ApiKey::new(KEY))).expect("api");
+    let ledger = Ledger::open(url, &Default::default()).expect("ledger");
+    let cache = ResponseCache::open(
+        &format!("{url}/cache/"),
+        &Default::default(),
+        CacheMode::ReadWrite,
+    )
+    .expect("cache");
+    let request = QueuedRequest {
+        custom_id: "c1".into(),
+        stage: graphloom::stage::Stage::ExtractEntities,
+        item: None,
+        endpoint: Endpoint::Chat,
+        model: "test-model".into(),
+        body: serde_json::json!({"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}),
+        keys: Vec::new(),
+    };
+    submit(&api, &ledger, vec![request]).await.expect("submit");
+    wait_all(&api, &ledger, &cache).await.expect("wait");
+    let records = ledger.list().await.expect("list");
+    let why = &records[0].failed["c1"];
+    assert!(
+        why.contains("HTTP 401") && why.contains("[redacted]"),
+        "{why}"
+    );
+    let stored = std::fs::read_to_string(
+        std::fs::read_dir(dir.path().join("_graphloom/batches"))
+            .expect("ledger dir")
+            .next()
+            .expect("a record")
+            .expect("entry")
+            .path(),
+    )
+    .expect("read record");
+    assert!(!stored.contains(KEY), "{stored}");
+    // The key went as the header, as a sync call sends it.
+    let upload = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/v1/files")
+        .expect("an upload");
+    assert_eq!(
+        upload.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+}
