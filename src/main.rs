@@ -496,7 +496,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Status { target, runs } => {
             let store = GraphStore::try_from(&target)?;
             status(&store, runs).await?;
-            let ledger = ledger_of(&target)?;
+            let ledger = ledger_of(&store);
             let pending: Vec<_> = ledger
                 .list()
                 .await?
@@ -510,7 +510,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Batches(BatchesCommand::List { target }) => {
-            let records = ledger_of(&target)?.list().await?;
+            let records = ledger_of(&GraphStore::try_from(&target)?).list().await?;
             if records.is_empty() {
                 out!("no batches: no run of this graph used batch mode");
             }
@@ -520,10 +520,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Batches(BatchesCommand::Cancel { pipeline, graph }) => {
             let (spec, _) = load_spec(&pipeline)?;
             let store = open_output(&spec, graph.as_deref())?;
-            let ledger = graphloom::llm::batch::Ledger::open(
-                store.url().as_str(),
-                &spec.output.storage_options,
-            )?;
+            let ledger = ledger_of(&store);
             let api = graphloom::llm::batch::BatchApi::new(&spec.llm)?;
             let cancelled = graphloom::llm::batch::cancel_all(&api, &ledger).await?;
             if cancelled.is_empty() {
@@ -840,17 +837,9 @@ fn check_storage_options(spec: &PipelineSpec) -> Result<(), Error> {
     Ok(())
 }
 
-/// The batch ledger of a graph target.
-fn ledger_of(target: &GraphTarget) -> Result<graphloom::llm::batch::Ledger, Error> {
-    let (url, options) = match (&target.graph, &target.pipeline) {
-        (Some(url), _) => (url.clone(), Default::default()),
-        (None, Some(path)) => {
-            let spec = PipelineSpec::from_path(path)?;
-            (spec.output.graph, spec.output.storage_options)
-        }
-        (None, None) => unreachable!("clap requires --graph or --pipeline"),
-    };
-    Ok(graphloom::llm::batch::Ledger::open(&url, &options)?)
+/// The batch ledger kept under a graph, in the graph's object store.
+fn ledger_of(store: &GraphStore) -> graphloom::llm::batch::Ledger {
+    graphloom::llm::batch::Ledger::in_graph(store.object_store(), store.url())
 }
 
 /// One line per batch: id, status, requests per stage, age.

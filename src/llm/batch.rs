@@ -320,16 +320,21 @@ pub struct Ledger {
 impl Ledger {
     /// The ledger of the graph at `graph` (its URL, ending in `/`).
     pub fn open(graph: &str, options: &BTreeMap<String, String>) -> Result<Self> {
-        let url = crate::objstore::parse_dir_url(&format!(
-            "{}/_graphloom/batches/",
-            graph.trim_end_matches('/')
-        ))?;
+        let url = crate::objstore::parse_dir_url(graph)?;
         let store = crate::objstore::store_for(&url, options)?;
-        Ok(Ledger {
-            prefix: crate::objstore::path_of(&url),
-            location: crate::objstore::redacted(&url),
+        Ok(Self::in_graph(store, &url))
+    }
+
+    /// The ledger of the graph at `graph` in `store`, the object store
+    /// the graph's tables are in.
+    pub fn in_graph(store: std::sync::Arc<dyn ObjectStore>, graph: &url::Url) -> Self {
+        Ledger {
+            prefix: crate::objstore::path_of(graph)
+                .join("_graphloom")
+                .join("batches"),
+            location: format!("{}_graphloom/batches/", crate::objstore::redacted(graph)),
             store,
-        })
+        }
     }
 
     fn err(&self, e: impl std::fmt::Display) -> BatchError {
@@ -775,13 +780,15 @@ fn is_terminal(status: &str) -> bool {
 /// Polls every batch that has not ended, once; collects those that ended
 /// (answers into `cache`, failures and tokens into the ledger). A record
 /// left without a batch id by a killed run is matched to its batch by
-/// metadata, or created now. Returns the number still running.
-pub async fn poll_once(api: &BatchApi, ledger: &Ledger, cache: &ResponseCache) -> Result<usize> {
-    let mut running = 0;
-    for mut record in ledger.list().await? {
-        if record.ended_at.is_some() {
-            continue;
-        }
+/// metadata, or created now. Returns every record as it is now, oldest
+/// first.
+pub async fn poll_once(
+    api: &BatchApi,
+    ledger: &Ledger,
+    cache: &ResponseCache,
+) -> Result<Vec<BatchRecord>> {
+    let mut records = ledger.list().await?;
+    for record in records.iter_mut().filter(|r| r.ended_at.is_none()) {
         let endpoint = record.endpoint;
         let batch_id = match &record.batch_id {
             Some(id) => id.clone(),
@@ -800,7 +807,7 @@ pub async fn poll_once(api: &BatchApi, ledger: &Ledger, cache: &ResponseCache) -
                 let id = id_of(&batch, "creating a batch")?;
                 record.batch_id = Some(id.clone());
                 record.status = status_of(&batch);
-                ledger.put(&record).await?;
+                ledger.put(record).await?;
                 id
             }
         };
@@ -809,20 +816,19 @@ pub async fn poll_once(api: &BatchApi, ledger: &Ledger, cache: &ResponseCache) -
         if !is_terminal(&status) {
             if status != record.status {
                 record.status = status;
-                ledger.put(&record).await?;
+                ledger.put(record).await?;
             }
-            running += 1;
             continue;
         }
-        collect(api, cache, &mut record, &batch, &status).await?;
-        ledger.put(&record).await?;
+        collect(api, cache, record, &batch, &status).await?;
+        ledger.put(record).await?;
         tracing::info!(
             "batch {batch_id} {status}: {} answered, {} failed",
             record.answered.len(),
             record.failed.len()
         );
     }
-    Ok(running)
+    Ok(records)
 }
 
 /// Reads an ended batch's output and error files into `cache` and the
@@ -987,7 +993,8 @@ pub async fn wait_all(api: &BatchApi, ledger: &Ledger, cache: &ResponseCache) ->
     let mut wait = initial;
     let mut last = usize::MAX;
     loop {
-        let running = poll_once(api, ledger, cache).await?;
+        let records = poll_once(api, ledger, cache).await?;
+        let running = records.iter().filter(|r| r.ended_at.is_none()).count();
         if running == 0 {
             return Ok(());
         }

@@ -118,6 +118,9 @@ pub(crate) fn auth_headers(style: ApiStyle, key: Option<&ApiKey>) -> Result<Head
     Ok(headers)
 }
 
+/// Texts per `/embeddings` request (sync, and per Batch API line).
+const EMBED_BATCH: usize = 64;
+
 /// `text` without `key` and without anything shaped like an OpenAI key
 /// (`sk-…`), for text that came back from a server before it is stored or
 /// shown.
@@ -1126,9 +1129,9 @@ impl LlmClient {
         })
     }
 
-    /// Embeds texts through `/embeddings` (batches of 64), with the same
-    /// limiter, retries and cache as chat calls. One `llm_calls` row per
-    /// batch.
+    /// Embeds texts through `/embeddings` (64 texts per request), with the
+    /// same limiter, retries and cache as chat calls. One `llm_calls` row
+    /// per request.
     pub async fn embed(&self, stage: Stage, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
         let model = self.settings.embedding_model.clone();
         let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
@@ -1159,9 +1162,10 @@ impl LlmClient {
             return Err(self.not_cached(stage, &model, Some(&item)));
         }
         if let Some(queue) = self.batch.as_ref().filter(|_| !missing.is_empty()) {
-            // One queued request per 64 texts, as a sync run would send.
-            let mut deferred = None;
-            for chunk in missing.chunks(64) {
+            // One queued request per chunk, as a sync run would send; a
+            // chunk whose attempts ran out fails the call.
+            let mut outcome = LlmError::Deferred { stage };
+            for chunk in missing.chunks(EMBED_BATCH) {
                 let input: Vec<&str> = chunk.iter().map(|i| texts[*i].as_str()).collect();
                 let chunk_keys: Vec<String> = chunk.iter().map(|i| keys[*i].clone()).collect();
                 let error = queue.defer(QueuedRequest {
@@ -1173,11 +1177,11 @@ impl LlmClient {
                     body: json!({"model": model, "input": input}),
                     keys: chunk_keys,
                 });
-                if !error.is_deferred() || deferred.is_none() {
-                    deferred = Some(error);
+                if !error.is_deferred() {
+                    outcome = error;
                 }
             }
-            return Err(deferred.expect("at least one chunk"));
+            return Err(outcome);
         }
         if hits > 0 {
             self.record(self.row(
@@ -1190,7 +1194,7 @@ impl LlmClient {
                 None,
             ));
         }
-        for chunk in missing.chunks(64) {
+        for chunk in missing.chunks(EMBED_BATCH) {
             let input: Vec<&str> = chunk.iter().map(|i| texts[*i].as_str()).collect();
             let est = input
                 .iter()

@@ -104,13 +104,12 @@ pub(super) async fn rounds(
         _ => return Err(RunError::BatchNeedsCache),
     };
     let api = BatchApi::new(llm)?;
-    let ledger = Ledger::open(store.url().as_str(), &job.spec.output.storage_options)?;
+    let ledger = Ledger::in_graph(store.object_store(), store.url());
     let mut progress = BatchProgress::default();
     let mut last = Stage::ExtractEntities;
     for round in 1..=llm.batch.max_rounds {
         progress.rounds = round;
-        poll_once(&api, &ledger, &cache).await?;
-        let records = ledger.list().await?;
+        let records = poll_once(&api, &ledger, &cache).await?;
         let current = Round {
             queue: Arc::new(BatchQueue::new(&records, llm.batch.max_attempts)),
             records,
@@ -130,16 +129,19 @@ pub(super) async fn rounds(
             queued.len(),
             deferred.saturating_sub(queued.len())
         );
-        for record in submit(&api, &ledger, queued).await? {
+        let submitted = submit(&api, &ledger, queued).await?;
+        for record in &submitted {
             let id = record.batch_id.clone().unwrap_or(record.name.clone());
             progress.submitted.push((id, record.stages()));
         }
         if job.options.no_wait {
             progress.waiting_on = Some(stage);
-            progress.running = ledger
-                .list()
-                .await?
+            // Nothing was polled since the round began: what runs now is
+            // what ran then and what was just submitted.
+            progress.running = current
+                .records
                 .iter()
+                .chain(&submitted)
                 .filter(|r| r.ended_at.is_none())
                 .count();
             report.batch = Some(progress);

@@ -276,6 +276,12 @@ impl GraphStore {
         &self.url
     }
 
+    /// The object store the graph lives in (for what else is kept under
+    /// the graph, such as the batch ledger).
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.object_store)
+    }
+
     /// The root URL without credentials, for messages.
     pub fn display_url(&self) -> String {
         objstore::redacted(&self.url)

@@ -340,6 +340,33 @@ fn ok(mut cmd: std::process::Command, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// What the CLI tests start from: the graph a sync run builds, the corpus
+/// as a pipeline file on its own graph, and a first batch that stays in
+/// progress until released or cancelled.
+struct CliCase {
+    expected: (Vec<Vec<serde_json::Value>>, usize),
+    f: Fixture,
+    _dir: tempfile::TempDir,
+    pipeline: PathBuf,
+    graph: String,
+}
+
+async fn cli_case() -> CliCase {
+    let (expected, _) = sync_graph(|_| {}).await;
+    let f = corpus(|_| {}).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pipeline = pipeline_file(&f, dir.path());
+    let graph = f.store.url().as_str().to_string();
+    f.server.push_batch_ends([BatchEnd::StuckInProgress]);
+    CliCase {
+        expected,
+        f,
+        _dir: dir,
+        pipeline,
+        graph,
+    }
+}
+
 /// The batch each line of a stage was answered in.
 fn batches_of(server: &TestServer, needle: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
@@ -356,12 +383,13 @@ fn batches_of(server: &TestServer, needle: &str) -> BTreeMap<String, usize> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_killed_while_polling_resumes_its_batches_without_creating_them_again() {
-    let (expected, _) = sync_graph(|_| {}).await;
-    let f = corpus(|_| {}).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let pipeline = pipeline_file(&f, dir.path());
-    let graph = f.store.url().as_str().to_string();
-    f.server.push_batch_ends([BatchEnd::StuckInProgress]);
+    let CliCase {
+        expected,
+        f,
+        _dir,
+        pipeline,
+        graph,
+    } = cli_case().await;
     let mut child = on_graph(&["run", "--batch"], &pipeline, &graph)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -407,12 +435,13 @@ async fn a_run_killed_while_polling_resumes_its_batches_without_creating_them_ag
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_wait_submits_and_exits_and_a_cancelled_batch_gives_its_partial_output() {
-    let (expected, _) = sync_graph(|_| {}).await;
-    let f = corpus(|_| {}).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let pipeline = pipeline_file(&f, dir.path());
-    let graph = f.store.url().as_str().to_string();
-    f.server.push_batch_ends([BatchEnd::StuckInProgress]);
+    let CliCase {
+        expected,
+        f,
+        _dir,
+        pipeline,
+        graph,
+    } = cli_case().await;
     let run_no_wait = || on_graph(&["run", "--batch", "--no-wait"], &pipeline, &graph);
     let out = ok(run_no_wait(), "run --no-wait");
     assert!(out.contains("submitted 1 batch(es)"), "{out}");

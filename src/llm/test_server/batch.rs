@@ -547,27 +547,20 @@ fn validate(file: &[u8], endpoint: &str) -> Result<Vec<Line>, Vec<Value>> {
 /// `GET /batches/{id}`: moves the batch one status step and returns it.
 async fn retrieve(shared: &Shared, id: &str) -> Response {
     // Decided under the lock; answering lines runs without it.
-    let (lines, answered_part, batch_id) = {
+    let (lines, half, next, batch_id) = {
         let mut state = shared.lock();
-        let file_id = {
-            let Some(batch) = find_batch(&mut state, id) else {
-                return not_found("batch", id);
-            };
-            if batch.answering {
-                return Response::json(200, &batch.object);
-            }
-            batch.object["input_file_id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
+        let BatchState { files, batches, .. } = &mut state.batch;
+        let Some(batch) = batches.values_mut().find(|b| b.id() == id) else {
+            return not_found("batch", id);
         };
-        let file = state
-            .batch
-            .files
-            .get(&file_id)
-            .map(|f| f.bytes.clone())
+        if batch.answering {
+            return Response::json(200, &batch.object);
+        }
+        let file = batch.object["input_file_id"]
+            .as_str()
+            .and_then(|f| files.get(f))
+            .map(|f| f.bytes.as_slice())
             .unwrap_or_default();
-        let batch = find_batch(&mut state, id).expect("found above");
         let endpoint = batch.object["endpoint"]
             .as_str()
             .unwrap_or_default()
@@ -579,7 +572,7 @@ async fn retrieve(shared: &Shared, id: &str) -> Response {
                     "message": "Enqueued token limit reached for this model."}]});
                 ("failed", None)
             }
-            ("validating", _) => match validate(&file, &endpoint) {
+            ("validating", _) => match validate(file, &endpoint) {
                 Ok(lines) => {
                     batch.object["request_counts"]["total"] = json!(lines.len());
                     ("in_progress", None)
@@ -597,19 +590,14 @@ async fn retrieve(shared: &Shared, id: &str) -> Response {
             (status, _) => (status, None),
         };
         let next = next.to_owned();
-        match answer {
-            None => {
-                batch.set_status(&next);
-                return Response::json(200, &batch.object);
-            }
-            Some(half) => {
-                batch.answering = true;
-                let lines = validate(&file, &endpoint).unwrap_or_default();
-                (lines, (half, next), batch.id().to_owned())
-            }
-        }
+        let Some(half) = answer else {
+            batch.set_status(&next);
+            return Response::json(200, &batch.object);
+        };
+        batch.answering = true;
+        let lines = validate(file, &endpoint).unwrap_or_default();
+        (lines, half, next, batch.id().to_owned())
     };
-    let (half, next) = answered_part;
     let total = lines.len();
     let answered = if half { total.div_ceil(2) } else { total };
     let mut output = Vec::new();
