@@ -48,3 +48,32 @@ if [ ! -x "$AZURITE_DIR/node_modules/.bin/azurite-blob" ] ||
   mkdir -p "$AZURITE_DIR"
   npm install --prefix "$AZURITE_DIR" --save-exact --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" >/dev/null
 fi
+
+# GraphRAG (the `graphrag` PyPI package) in its own virtualenv, for the test
+# that loads `graphloom export graphrag` with GraphRAG's own readers and
+# context builders: it pins its own pandas/pyarrow, which must not move the
+# interop tests' versions.
+GRAPHRAG_VERSION=3.3.0
+GRAPHRAG_VENV=/var/cache/graphloom-tools/graphrag-venv
+if ! "$GRAPHRAG_VENV/bin/python" -c "from importlib.metadata import version; import sys; sys.exit(version('graphrag') != '$GRAPHRAG_VERSION')" 2>/dev/null; then
+  echo "setup: installing graphrag==$GRAPHRAG_VERSION into $GRAPHRAG_VENV" >&2
+  python3 -m venv "$GRAPHRAG_VENV"
+  "$GRAPHRAG_VENV/bin/pip" install --quiet --disable-pip-version-check "graphrag==$GRAPHRAG_VERSION"
+fi
+
+# Headless Chromium (Debian's package) and playwright-core to drive it, for
+# the tests that open `graphloom view` and `graphloom report` pages
+# (tests/browser/check_page.mjs). playwright-core is pinned and never
+# downloads a browser of its own.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+PLAYWRIGHT_VERSION=1.64.1
+PLAYWRIGHT_DIR=/var/cache/graphloom-tools/playwright
+if ! grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$PLAYWRIGHT_DIR/node_modules/playwright-core/package.json" 2>/dev/null; then
+  echo "setup: installing playwright-core@$PLAYWRIGHT_VERSION into $PLAYWRIGHT_DIR" >&2
+  mkdir -p "$PLAYWRIGHT_DIR"
+  npm install --prefix "$PLAYWRIGHT_DIR" --save-exact --no-audit --no-fund --loglevel=error "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null
+fi

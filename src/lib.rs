@@ -33,6 +33,7 @@ pub mod llm;
 pub mod mapping;
 pub mod objstore;
 pub mod ontology;
+pub mod pages;
 pub mod query;
 pub mod resolve;
 pub mod rows;
@@ -77,6 +78,8 @@ pub enum Error {
     Export(Box<export::ExportError>),
     #[error(transparent)]
     Batch(Box<llm::batch::BatchError>),
+    #[error(transparent)]
+    Page(Box<pages::PageError>),
 }
 
 /// `From` for the boxed variants, so `?` works from every layer.
@@ -99,6 +102,7 @@ from_boxed!(
     Eval(eval::EvalError),
     Export(export::ExportError),
     Batch(llm::batch::BatchError),
+    Page(pages::PageError),
 );
 
 #[cfg(feature = "testkit")]
@@ -130,21 +134,22 @@ impl Error {
             source::SourceError::Storage { problem: p, .. } => problem(p),
             _ => false,
         };
+        let query = |e: &query::QueryError| match e {
+            query::QueryError::ReadOnly(_)
+            | query::QueryError::Empty
+            | query::QueryError::File { .. } => true,
+            // Errors in the SQL text itself.
+            query::QueryError::DataFusion(e) => matches!(
+                e.find_root(),
+                Df::SQL(..) | Df::Plan(_) | Df::SchemaError(..)
+            ),
+            query::QueryError::Store(e) => store(e),
+            _ => false,
+        };
         match self {
             Error::Spec(_) | Error::Ontology(_) | Error::Location(_) | Error::Mapping(_) => true,
             Error::Store(e) => store(e),
-            Error::Query(e) => match &**e {
-                query::QueryError::ReadOnly(_)
-                | query::QueryError::Empty
-                | query::QueryError::File { .. } => true,
-                // Errors in the SQL text itself.
-                query::QueryError::DataFusion(e) => matches!(
-                    e.find_root(),
-                    Df::SQL(..) | Df::Plan(_) | Df::SchemaError(..)
-                ),
-                query::QueryError::Store(e) => store(e),
-                _ => false,
-            },
+            Error::Query(e) => query(e),
             Error::Add(e) => match &**e {
                 add::AddError::Read { .. } => true,
                 add::AddError::Store(e) => store(e),
@@ -168,6 +173,13 @@ impl Error {
                 run::RunError::Source(e) => source(e),
                 run::RunError::Store(e) => store(e),
                 _ => false,
+            },
+            Error::Page(e) => match &**e {
+                pages::PageError::ViewQuery(_) | pages::PageError::AsOf { .. } => true,
+                pages::PageError::Query { source, .. } => query(source),
+                pages::PageError::Store(e) => store(e),
+                pages::PageError::Eval(e) => matches!(**e, eval::EvalError::Gold { .. }),
+                pages::PageError::Write { .. } => true,
             },
             Error::Llm(_) | Error::Batch(_) => false,
             #[cfg(feature = "testkit")]

@@ -162,6 +162,42 @@ enum Command {
     /// Write the graph in another form for readers outside Delta Lake.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Draw the graph (or the nodes a query selects) as one self-contained
+    /// HTML page: search, a label filter that matches subtypes, and an
+    /// as-of slider over the facts' validity.
+    View {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// SQL returning a `node_id` column: the nodes to draw (and the
+        /// edges among them). Default: every node.
+        #[arg(long, value_name = "SQL")]
+        query: Option<String>,
+        /// Start the as-of slider at this time (RFC 3339, a date or a
+        /// year); default: all times, ended facts dashed.
+        #[arg(long, value_name = "TIME")]
+        as_of: Option<String>,
+        /// Draw at most N nodes (the highest-ranked of the selection); the
+        /// page says when it shows fewer than matched.
+        #[arg(long, value_name = "N", default_value_t = graphloom::pages::view::DEFAULT_MAX_NODES)]
+        max_nodes: usize,
+        /// The HTML file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Write a run report as one HTML page: per run and stage the LLM calls,
+    /// tokens, cost, cache hits, time waiting vs in HTTP and latencies,
+    /// failures by stage and reason with examples, and with --gold the
+    /// eval scores.
+    Report {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// Also score the graph against this gold file (as `graphloom eval`).
+        #[arg(long, value_name = "PATH")]
+        gold: Option<PathBuf>,
+        /// The HTML file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,6 +212,23 @@ enum ExportCommand {
         /// --pipeline, the spec's output.storage_options apply to it too.
         #[arg(long, value_name = "DIR")]
         to: String,
+    },
+    /// Write the graph as GraphRAG's output tables (`entities`,
+    /// `relationships`, `text_units`, `documents` and, when the graph has
+    /// communities, `communities` and `community_reports`) for GraphRAG's
+    /// query side and tools that read its index.
+    Graphrag {
+        #[command(flatten)]
+        target: GraphTarget,
+        /// Destination directory: a path or an object store URL. With
+        /// --pipeline, the spec's output.storage_options apply to it too.
+        #[arg(long, value_name = "DIR")]
+        to: String,
+        /// Leave out relationships that no longer hold (ended or
+        /// superseded); by default they are exported with `current =
+        /// false` and the end date in their description.
+        #[arg(long)]
+        current_only: bool,
     },
 }
 
@@ -533,7 +586,72 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         #[cfg(feature = "testkit")]
         Command::Bench(command) => bench(command).await,
-        Command::Export(ExportCommand::Parquet { target, to }) => export(&target, &to).await,
+        Command::Export(ExportCommand::Parquet { target, to }) => export(&target, &to, None).await,
+        Command::Export(ExportCommand::Graphrag {
+            target,
+            to,
+            current_only,
+        }) => {
+            let options = graphloom::export::GraphragOptions { current_only };
+            export(&target, &to, Some(options)).await
+        }
+        Command::View {
+            target,
+            query,
+            as_of,
+            max_nodes,
+            out,
+        } => {
+            let store = GraphStore::try_from(&target)?;
+            let options = graphloom::pages::view::ViewOptions {
+                query,
+                as_of,
+                max_nodes: max_nodes.max(1),
+            };
+            let v = graphloom::pages::view::write_view(&store, &options, &out).await?;
+            let capped = if (v.nodes as u64) < v.matched_nodes {
+                format!(
+                    " (capped: {} matched, --max-nodes {})",
+                    v.matched_nodes, options.max_nodes
+                )
+            } else {
+                String::new()
+            };
+            out!(
+                "wrote {}: {} nodes, {} edges of {}{capped}",
+                out.display(),
+                v.nodes,
+                v.edges,
+                store.display_url()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report { target, gold, out } => {
+            let store = GraphStore::try_from(&target)?;
+            // With --pipeline the spec's prices split each run's cost over
+            // its stages.
+            let prices = match &target.pipeline {
+                Some(path) => {
+                    let llm = PipelineSpec::from_path(path)?.llm;
+                    llm.price_per_1m_prompt_tokens
+                        .zip(llm.price_per_1m_completion_tokens)
+                }
+                None => None,
+            };
+            let options = graphloom::pages::report::ReportOptions { gold, prices };
+            let r = graphloom::pages::report::write_report(&store, &options, &out).await?;
+            out!(
+                "wrote {}: {} runs, {} run stages, {} LLM calls, {} failures{} of {}",
+                out.display(),
+                r.runs,
+                r.stages,
+                r.calls,
+                r.failures,
+                if r.eval { ", eval scores" } else { "" },
+                store.display_url()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Recover { target } => {
             let store = GraphStore::try_from(&target)?;
             // Recovery writes (it takes the lock and may create tables), so
@@ -633,8 +751,13 @@ async fn sql(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `graphloom export parquet`.
-async fn export(target: &GraphTarget, to: &str) -> Result<ExitCode, Error> {
+/// `graphloom export parquet` and, with GraphRAG options, `graphloom
+/// export graphrag`.
+async fn export(
+    target: &GraphTarget,
+    to: &str,
+    graphrag: Option<graphloom::export::GraphragOptions>,
+) -> Result<ExitCode, Error> {
     let store = GraphStore::try_from(target)?;
     let options = match &target.pipeline {
         Some(path) if target.graph.is_none() => {
@@ -642,10 +765,14 @@ async fn export(target: &GraphTarget, to: &str) -> Result<ExitCode, Error> {
         }
         _ => Default::default(),
     };
-    let report = graphloom::export::export_parquet(&store, to, &options).await?;
+    let report = match graphrag {
+        None => graphloom::export::export_parquet(&store, to, &options).await?,
+        Some(g) => graphloom::export::export_graphrag(&store, to, &options, &g).await?,
+    };
     out!(
-        "exported {} tables of {} (run {}) to {}",
+        "exported {} {} tables of {} (run {}) to {}",
         report.tables.len(),
+        report.format,
         report.graph,
         report.run_id.as_deref().unwrap_or("none"),
         report.to

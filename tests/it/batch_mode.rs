@@ -25,7 +25,7 @@ use crate::run_pipeline::{EMPLOYMENT, Fixture, GREY, content, fixture, responder
 /// The run_pipeline corpus with employment facts (contradictions) and a
 /// grey-band name (adjudication), summaries and embeddings on, priced, and
 /// batches polled every few milliseconds.
-async fn corpus(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
+pub(crate) async fn corpus(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
     let f = fixture(|spec| {
         spec.resolve.summaries = true;
         spec.resolve.embeddings = true;

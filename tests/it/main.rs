@@ -19,6 +19,7 @@ mod llm_test_server;
 mod local_llm;
 mod object_storage;
 mod ontology_rules;
+mod outputs;
 mod record_linkage;
 mod record_mapping;
 mod resolution;
