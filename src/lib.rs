@@ -26,6 +26,7 @@ pub mod add;
 #[cfg(feature = "testkit")]
 pub mod bench;
 pub mod classify;
+pub mod communities;
 pub mod eval;
 pub mod export;
 pub mod extract;
@@ -80,6 +81,8 @@ pub enum Error {
     Batch(Box<llm::batch::BatchError>),
     #[error(transparent)]
     Page(Box<pages::PageError>),
+    #[error(transparent)]
+    Communities(Box<communities::CommunityError>),
 }
 
 /// `From` for the boxed variants, so `?` works from every layer.
@@ -103,6 +106,7 @@ from_boxed!(
     Export(export::ExportError),
     Batch(llm::batch::BatchError),
     Page(pages::PageError),
+    Communities(communities::CommunityError),
 );
 
 #[cfg(feature = "testkit")]
@@ -180,6 +184,10 @@ impl Error {
                 pages::PageError::Store(e) => store(e),
                 pages::PageError::Eval(e) => matches!(**e, eval::EvalError::Gold { .. }),
                 pages::PageError::Write { .. } => true,
+            },
+            Error::Communities(e) => match &**e {
+                communities::CommunityError::Store(e) => store(e),
+                _ => false,
             },
             Error::Llm(_) | Error::Batch(_) => false,
             #[cfg(feature = "testkit")]

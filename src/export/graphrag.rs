@@ -174,6 +174,133 @@ fn documents_sql() -> String {
     )
 }
 
+/// Shared definitions of the community tables: members, their current
+/// facts, episodes and degree.
+fn community_with() -> String {
+    format!(
+        "WITH x_cur AS (SELECT * FROM edges WHERE {current}),
+         x_m AS (SELECT community_id, node_id FROM community_members),
+         x_deg AS (
+           SELECT node_id, count(*) AS degree FROM (
+             SELECT source_node_id AS node_id FROM x_cur
+             UNION ALL SELECT target_node_id AS node_id FROM x_cur) d GROUP BY node_id),
+         x_c_edges AS (
+           SELECT m1.community_id, e.edge_id, e.fact, e.relation_type, e.created_at,
+                  cardinality(e.episode_ids) AS mentions
+           FROM x_cur e
+           JOIN x_m m1 ON m1.node_id = e.source_node_id
+           JOIN x_m m2 ON m2.node_id = e.target_node_id AND m2.community_id = m1.community_id),
+         x_c_rel AS (
+           SELECT community_id, array_agg(edge_id ORDER BY edge_id) AS ids FROM x_c_edges
+           GROUP BY community_id),
+         x_c_nodes AS (
+           SELECT m.community_id, array_agg(m.node_id ORDER BY m.node_id) AS ids,
+                  array_to_string(array_slice(
+                    array_agg(n.name ORDER BY coalesce(d.degree, 0) DESC, n.name), 1, 3), ', ') AS central
+           FROM x_m m JOIN nodes n ON n.node_id = m.node_id
+           LEFT JOIN x_deg d ON d.node_id = m.node_id
+           GROUP BY m.community_id),
+         x_c_units AS (
+           SELECT community_id, array_sort(array_agg(DISTINCT ep)) AS ids FROM (
+             SELECT m.community_id, unnest(n.episode_ids) AS ep
+             FROM x_m m JOIN nodes n ON n.node_id = m.node_id) u
+           GROUP BY community_id),
+         x_c_types AS (
+           SELECT community_id, string_agg(type || ' ' || CAST(k AS VARCHAR), ', ' ORDER BY k DESC, type) AS types
+           FROM (SELECT m.community_id, n.type, count(*) AS k
+                 FROM x_m m JOIN nodes n ON n.node_id = m.node_id GROUP BY m.community_id, n.type) t
+           GROUP BY community_id),
+         x_c_facts AS (
+           SELECT community_id,
+                  array_slice(array_agg(named_struct('summary', fact, 'explanation',
+                    relation_type || ', stated in ' || CAST(mentions AS VARCHAR) || ' episode(s)')
+                    ORDER BY mentions DESC, created_at, edge_id), 1, {findings}) AS findings,
+                  array_to_string(array_slice(array_agg('- ' || fact
+                    ORDER BY mentions DESC, created_at, edge_id), 1, {listed}), chr(10)) AS fact_lines
+           FROM x_c_edges GROUP BY community_id),
+         x_c AS (
+           SELECT c.*, to_char(r.finished_at, '%Y-%m-%d') AS period
+           FROM communities c LEFT JOIN runs r ON r.run_id = c.run_id)",
+        current = crate::communities::CURRENT_EDGES,
+        findings = REPORT_FINDINGS,
+        listed = REPORT_FACTS,
+    )
+}
+
+/// Facts listed as findings of a community report.
+const REPORT_FINDINGS: usize = 8;
+/// Facts listed in a report's full content (a level-0 community of a big
+/// graph holds millions).
+const REPORT_FACTS: usize = 25;
+
+const EMPTY_IDS: &str = "arrow_cast(make_array(), 'List(Utf8)')";
+
+fn communities_sql() -> String {
+    format!(
+        "{with}
+         SELECT 'community-' || CAST(c.community_id AS VARCHAR) AS id,
+                c.community_id AS human_readable_id,
+                c.community_id AS community,
+                c.level AS level,
+                coalesce(c.parent, CAST(-1 AS BIGINT)) AS parent,
+                c.children AS children,
+                c.title AS title,
+                coalesce(n.ids, {EMPTY_IDS}) AS entity_ids,
+                coalesce(r.ids, {EMPTY_IDS}) AS relationship_ids,
+                coalesce(u.ids, {EMPTY_IDS}) AS text_unit_ids,
+                coalesce(c.period, '') AS period,
+                c.size AS size
+         FROM x_c c
+         LEFT JOIN x_c_nodes n ON n.community_id = c.community_id
+         LEFT JOIN x_c_rel r ON r.community_id = c.community_id
+         LEFT JOIN x_c_units u ON u.community_id = c.community_id
+         ORDER BY c.community_id",
+        with = community_with()
+    )
+}
+
+/// A JSON string literal of a SQL text expression (backslashes, quotes,
+/// newlines and tabs escaped; SQL string literals take `\` as is).
+fn json_text(expr: &str) -> String {
+    format!(
+        r#"'"' || replace(replace(replace(replace({expr}, '\', '\\'), '"', '\"'), chr(10), '\n'), chr(9), ' ') || '"'"#
+    )
+}
+
+fn community_reports_sql() -> String {
+    let title = "coalesce(n.central, c.title)";
+    let summary = "CAST(c.size AS VARCHAR) || ' entities (' || coalesce(t.types, '') || ') with '                    || CAST(c.edges AS VARCHAR) || ' current facts among them; most connected: '                    || coalesce(n.central, '') || '.'";
+    format!(
+        "{with}
+         SELECT 'report-' || CAST(c.community_id AS VARCHAR) AS id,
+                c.community_id AS human_readable_id,
+                c.community_id AS community,
+                c.level AS level,
+                coalesce(c.parent, CAST(-1 AS BIGINT)) AS parent,
+                c.children AS children,
+                {title} AS title,
+                {summary} AS summary,
+                '# ' || {title} || chr(10) || chr(10) || {summary}
+                  || coalesce(chr(10) || chr(10) || f.fact_lines, '') AS full_content,
+                CAST(c.edges AS DOUBLE) AS rank,
+                'extractive report written by graphloom without an LLM; rank = current facts inside the community'
+                  AS rating_explanation,
+                f.findings AS findings,
+                '{{\"title\": ' || {title_json} || ', \"summary\": ' || {summary_json}
+                  || ', \"rating\": ' || CAST(c.edges AS VARCHAR) || '}}' AS full_content_json,
+                coalesce(c.period, '') AS period,
+                c.size AS size
+         FROM x_c c
+         LEFT JOIN x_c_nodes n ON n.community_id = c.community_id
+         LEFT JOIN x_c_types t ON t.community_id = c.community_id
+         LEFT JOIN x_c_facts f ON f.community_id = c.community_id
+         ORDER BY c.community_id",
+        with = community_with(),
+        title_json = json_text(title),
+        summary_json = json_text(&format!("({summary})")),
+    )
+}
+
 /// Writes the graph's last completed run as GraphRAG output tables
 /// (`entities.parquet`, `relationships.parquet`, `text_units.parquet`,
 /// `documents.parquet`) under `to`, and the manifest. `options` are the
@@ -190,12 +317,23 @@ pub async fn export_graphrag(
     snapshot.register(&ctx).await?;
     destination.register(&ctx);
 
-    let plans = [
+    let mut plans = vec![
         ("entities", entities_sql(options)),
         ("relationships", relationships_sql(options)),
         ("text_units", text_units_sql(options)),
         ("documents", documents_sql()),
     ];
+    let has_communities = match snapshot.table(Table::Communities) {
+        Some(t) => t
+            .snapshot()
+            .map(|s| s.log_data().num_files() > 0)
+            .unwrap_or(false),
+        None => false,
+    };
+    if has_communities {
+        plans.push(("communities", communities_sql()));
+        plans.push(("community_reports", community_reports_sql()));
+    }
     let mut tables = BTreeMap::new();
     for (name, sql) in plans {
         let frame = ctx.sql(&sql).await.map_err(|source| ExportError::Table {
@@ -207,6 +345,7 @@ pub async fn export_graphrag(
         let version = match name {
             "entities" => snapshot.table(Table::Nodes),
             "relationships" => snapshot.table(Table::Edges),
+            "communities" | "community_reports" => snapshot.table(Table::Communities),
             _ => snapshot.table(Table::Episodes),
         }
         .and_then(|t| t.version());

@@ -30,6 +30,11 @@ pub enum Table {
     EntityTypeClosure,
     /// (ancestor, descendant, distance) over edge types.
     EdgeTypeClosure,
+    /// Communities of the graph (`graphloom communities`): one row per
+    /// community of each level of the hierarchy.
+    Communities,
+    /// One row per (community, node).
+    CommunityMembers,
     /// One row per run; the last completed row pins every other table.
     Runs,
     /// One row per LLM call (hits and misses).
@@ -41,7 +46,7 @@ pub enum Table {
 impl Table {
     /// Every table; data tables first, `runs` last, which is also the order
     /// a run commits them in.
-    pub const ALL: [Table; 11] = [
+    pub const ALL: [Table; 13] = [
         Table::Episodes,
         Table::Nodes,
         Table::NodeLabels,
@@ -50,6 +55,8 @@ impl Table {
         Table::EdgeTypes,
         Table::EntityTypeClosure,
         Table::EdgeTypeClosure,
+        Table::Communities,
+        Table::CommunityMembers,
         Table::LlmCalls,
         Table::Failures,
         Table::Runs,
@@ -66,6 +73,8 @@ impl Table {
             Table::EdgeTypes => "edge_types",
             Table::EntityTypeClosure => "entity_type_closure",
             Table::EdgeTypeClosure => "edge_type_closure",
+            Table::Communities => "communities",
+            Table::CommunityMembers => "community_members",
             Table::Runs => "runs",
             Table::LlmCalls => "llm_calls",
             Table::Failures => "failures",
@@ -162,6 +171,26 @@ impl Table {
             Table::EntityTypeClosure | Table::EdgeTypeClosure => {
                 vec![text("ancestor"), text("descendant"), int("distance")]
             }
+            Table::Communities => vec![
+                int("community_id"),
+                int("level"),
+                Field::new("parent", DataType::Int64, true),
+                Field::new(
+                    "children",
+                    DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
+                    false,
+                ),
+                text("title"),
+                int("size"),
+                int("edges"),
+                text("run_id"),
+            ],
+            Table::CommunityMembers => vec![
+                int("community_id"),
+                int("level"),
+                text("node_id"),
+                text("run_id"),
+            ],
             Table::Runs => vec![
                 text("run_id"),
                 int("run_seq"),

@@ -433,3 +433,91 @@ async fn report_totals_match_the_graph_per_run_and_overall() {
     assert_eq!(drawn(s, "failures"), first_failures, "{got}");
     assert!(first_calls < calls);
 }
+
+/// Every (level, community, node) row of the graph's communities, sorted.
+async fn memberships(f: &Fixture) -> Vec<Value> {
+    query(
+        &f.store,
+        "SELECT level, community_id, node_id FROM community_members ORDER BY level, community_id, node_id",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn communities_are_seeded_cover_linked_nodes_and_export_to_graphrag() {
+    let f = graph().await;
+    let url = graph_url(&f);
+    let printed = graphloom(&["communities", "--graph", &url, "--seed", "7"]);
+    assert!(printed.contains("level 0:"), "{printed}");
+    let first = memberships(&f).await;
+    assert!(!first.is_empty());
+    graphloom(&["communities", "--graph", &url, "--seed", "7"]);
+    assert_eq!(
+        memberships(&f).await,
+        first,
+        "same graph and seed, same communities"
+    );
+
+    // Every node with a current fact is in exactly one level-0 community;
+    // nodes without one are in none.
+    let linked = count(
+        &f,
+        &format!(
+            "SELECT count(DISTINCT node_id) AS n FROM (\
+               SELECT source_node_id AS node_id FROM edges WHERE {c} \
+               UNION ALL SELECT target_node_id AS node_id FROM edges WHERE {c}) x",
+            c = graphloom::communities::CURRENT_EDGES
+        ),
+    )
+    .await;
+    let at_level_0 = count(
+        &f,
+        "SELECT count(*) AS n FROM community_members WHERE level = 0",
+    )
+    .await;
+    let distinct_0 = count(
+        &f,
+        "SELECT count(DISTINCT node_id) AS n FROM community_members WHERE level = 0",
+    )
+    .await;
+    assert_eq!(at_level_0, linked);
+    assert_eq!(distinct_0, linked);
+    // Sizes and children agree with the members table.
+    let bad = count(
+        &f,
+        "SELECT count(*) AS n FROM communities c LEFT JOIN \
+           (SELECT community_id, count(*) AS k FROM community_members GROUP BY community_id) m \
+           ON m.community_id = c.community_id WHERE coalesce(m.k, 0) <> c.size",
+    )
+    .await;
+    assert_eq!(bad, 0, "size = members");
+
+    let communities = count(&f, "SELECT count(*) AS n FROM communities").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    graphloom(&[
+        "export",
+        "graphrag",
+        "--graph",
+        &url,
+        "--to",
+        dir.path().to_str().unwrap(),
+    ]);
+    let Some(got) = load_with_graphrag(dir.path()) else {
+        return;
+    };
+    assert_eq!(got["rows"]["communities"], communities, "{got}");
+    assert_eq!(got["rows"]["community_reports"], communities, "{got}");
+    assert_eq!(
+        got["communities"], communities,
+        "through graphrag's Community model"
+    );
+    assert_eq!(got["final_columns_first"]["communities"], true, "{got}");
+    assert_eq!(
+        got["final_columns_first"]["community_reports"], true,
+        "{got}"
+    );
+    assert!(
+        got["global_context_chars"].as_u64().unwrap_or(0) > 0,
+        "{got}"
+    );
+}
