@@ -395,6 +395,24 @@ enum BenchCommand {
         #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().embedding_min_similarity)]
         min_similarity: f64,
     },
+    /// Find communities in a synthetic graph of planted groups (N nodes,
+    /// 2N facts): time to number nodes and facts, to run hierarchical
+    /// Leiden and to commit, peak memory, and with --scale the same at
+    /// N/SCALE and the time ratio. Build with --release for figures.
+    Communities {
+        /// Nodes.
+        #[arg(long, default_value_t = 1_000_000)]
+        nodes: usize,
+        /// Also run at nodes/SCALE first and print the time ratio.
+        #[arg(long, value_name = "SCALE")]
+        scale: Option<usize>,
+        /// Generator and Leiden seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Working directory (emptied first). Default: under the temp dir.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Resolve synthetic mentions against synthetic committed nodes with
     /// known duplicates; print time, peak memory, candidate counts and the
     /// precision/recall of the merges. Build with --release for figures.
@@ -1225,6 +1243,25 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
                 spec,
             };
             let report = graphloom::bench::neighbours::run_neighbours_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Communities {
+            nodes,
+            scale,
+            seed,
+            dir,
+        } => {
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("graphloom-bench-communities-{nodes}-{seed}"))
+            });
+            let settings = graphloom::bench::communities::CommunitiesBench {
+                nodes,
+                scale,
+                seed,
+                dir,
+            };
+            let report = graphloom::bench::communities::run_communities_bench(settings).await?;
             out!("{report}");
             Ok(ExitCode::SUCCESS)
         }

@@ -9,6 +9,7 @@
 //! replays it from the response cache.
 
 pub mod add;
+pub mod communities;
 pub mod neighbours;
 pub mod pipeline;
 pub mod resolution;

@@ -119,16 +119,25 @@ pub const CURRENT_EDGES: &str = "expired_at IS NULL AND (invalid_at IS NULL OR i
 /// Rows per output batch.
 const BATCH_ROWS: usize = 1 << 20;
 
-/// Finds the communities of `store`'s graph and commits them as one run.
-pub async fn detect_communities(
-    store: &GraphStore,
+/// Communities found and their rows, not yet committed.
+pub struct Found {
+    /// Rows of `communities`.
+    pub communities: Vec<RecordBatch>,
+    /// Rows of `community_members`.
+    pub members: Vec<RecordBatch>,
+    /// Figures; `run_id` and `write_ms` are filled by the commit.
+    pub report: CommunityReport,
+}
+
+/// Finds the communities of the `nodes` and `edges` tables registered in
+/// `ctx` and builds their rows for run `run_id`.
+pub async fn find_communities(
+    ctx: &SessionContext,
     options: &CommunityOptions,
-) -> Result<CommunityReport> {
-    store.require_graph().await?;
-    let mut tx = store.begin("communities", &options.group_id).await?;
+    run_id: &str,
+) -> Result<Found> {
     let started = Instant::now();
-    let ctx = tx.base_context().await?;
-    let (node_ids, edges) = read_graph(&ctx).await?;
+    let (node_ids, edges) = read_graph(ctx).await?;
     let n = node_ids.iter().map(|a| a.len()).sum::<usize>();
     let read_ms = started.elapsed().as_millis();
 
@@ -151,36 +160,56 @@ pub async fn detect_communities(
     .map_err(|e| CommunityError::Task(e.to_string()))?;
     let detect_ms = started.elapsed().as_millis();
 
-    let started = Instant::now();
-    let run_id = tx.run_id().to_string();
-    let (community_rows, member_rows) = to_batches(&communities, &internal, &node_ids, &run_id)?;
-    tx.stage(Table::Communities, WriteMode::Overwrite, community_rows);
-    tx.stage(Table::CommunityMembers, WriteMode::Overwrite, member_rows);
+    let (community_rows, member_rows) = to_batches(&communities, &internal, &node_ids, run_id)?;
     let members = communities
         .iter()
         .filter(|c| c.level == 0)
         .map(|c| c.members.len())
         .sum();
-    let levels = communities
-        .iter()
-        .map(|c| c.level as usize + 1)
-        .max()
-        .unwrap_or(0);
+    let levels = communities.iter().map(|c| c.level as usize + 1).max().unwrap_or(0);
     let mut per_level = vec![0; levels];
     for c in &communities {
         per_level[c.level as usize] += 1;
     }
+    Ok(Found {
+        communities: community_rows,
+        members: member_rows,
+        report: CommunityReport {
+            run_id: run_id.to_string(),
+            nodes: n,
+            edges: edge_count,
+            members,
+            per_level,
+            modularity,
+            read_ms,
+            detect_ms,
+            write_ms: 0,
+        },
+    })
+}
+
+/// Finds the communities of `store`'s graph and commits them as one run.
+pub async fn detect_communities(
+    store: &GraphStore,
+    options: &CommunityOptions,
+) -> Result<CommunityReport> {
+    store.require_graph().await?;
+    let tx = store.begin("communities", &options.group_id).await?;
+    let ctx = tx.base_context().await?;
+    let run_id = tx.run_id().to_string();
+    let found = find_communities(&ctx, options, &run_id).await?;
+    commit(tx, found).await
+}
+
+/// Commits found communities in `tx`, replacing the previous ones.
+pub async fn commit(mut tx: crate::store::Transaction, found: Found) -> Result<CommunityReport> {
+    let started = Instant::now();
+    tx.stage(Table::Communities, WriteMode::Overwrite, found.communities);
+    tx.stage(Table::CommunityMembers, WriteMode::Overwrite, found.members);
     tx.commit(RunStats::default()).await?;
     Ok(CommunityReport {
-        run_id,
-        nodes: n,
-        edges: edge_count,
-        members,
-        per_level,
-        modularity,
-        read_ms,
-        detect_ms,
         write_ms: started.elapsed().as_millis(),
+        ..found.report
     })
 }
 
