@@ -856,9 +856,13 @@ async fn export(
         Some(g) => graphloom::export::export_graphrag(&store, to, &options, &g).await?,
     };
     out!(
-        "exported {} {} tables of {} (run {}) to {}",
+        "exported {} {}tables of {} (run {}) to {}",
         report.tables.len(),
-        report.format,
+        if report.format == "graphrag" {
+            "GraphRAG "
+        } else {
+            ""
+        },
         report.graph,
         report.run_id.as_deref().unwrap_or("none"),
         report.to

@@ -62,7 +62,10 @@ pub struct CommunitiesReport {
 
 impl fmt::Display for CommunitiesReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "bench communities (hierarchical Leiden, max_cluster_size 10)")?;
+        writeln!(
+            f,
+            "bench communities (hierarchical Leiden, max_cluster_size 10)"
+        )?;
         for s in &self.sizes {
             writeln!(f, "  {} nodes, {} facts:", s.nodes, s.edges)?;
             writeln!(
@@ -80,7 +83,11 @@ impl fmt::Display for CommunitiesReport {
                 s.per_level, s.modularity, s.planted_inside
             )?;
             if let Some(b) = s.peak_rss {
-                writeln!(f, "    peak memory {:.2} GiB", b as f64 / (1u64 << 30) as f64)?;
+                writeln!(
+                    f,
+                    "    peak memory {:.2} GiB",
+                    b as f64 / (1u64 << 30) as f64
+                )?;
             }
         }
         if let [small, large] = &self.sizes[..] {
@@ -116,7 +123,11 @@ fn generate(dir: &Path, n: usize, seed: u64) -> Result<(usize, Vec<u32>), BenchE
     }
     starts.push(n);
     let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    let nodes_schema = Arc::new(Schema::new(vec![Field::new("node_id", DataType::Utf8, false)]));
+    let nodes_schema = Arc::new(Schema::new(vec![Field::new(
+        "node_id",
+        DataType::Utf8,
+        false,
+    )]));
     let edges_schema = Arc::new(Schema::new(vec![
         Field::new("source_node_id", DataType::Utf8, false),
         Field::new("target_node_id", DataType::Utf8, false),
@@ -177,9 +188,16 @@ fn generate(dir: &Path, n: usize, seed: u64) -> Result<(usize, Vec<u32>), BenchE
 }
 
 /// Share of planted (same-group) links whose ends share a level-0 community.
-async fn planted_inside(ctx: &SessionContext, graph: &GraphStore, group: &[u32]) -> Result<f64, BenchError> {
+async fn planted_inside(
+    ctx: &SessionContext,
+    graph: &GraphStore,
+    group: &[u32],
+) -> Result<f64, BenchError> {
     let df = |e: datafusion::error::DataFusionError| BenchError::Step(e.to_string());
-    let snapshot = graph.existing_snapshot().await.map_err(|e| BenchError::Step(e.to_string()))?;
+    let snapshot = graph
+        .existing_snapshot()
+        .await
+        .map_err(|e| BenchError::Step(e.to_string()))?;
     let members = snapshot
         .read(crate::store::Table::CommunityMembers)
         .await
@@ -187,8 +205,12 @@ async fn planted_inside(ctx: &SessionContext, graph: &GraphStore, group: &[u32])
     let mut of = vec![u32::MAX; group.len()];
     for b in &members {
         use arrow::array::AsArray;
-        let ids = b.column_by_name("community_id").map(|c| c.as_primitive::<arrow::datatypes::Int64Type>().clone());
-        let levels = b.column_by_name("level").map(|c| c.as_primitive::<arrow::datatypes::Int64Type>().clone());
+        let ids = b
+            .column_by_name("community_id")
+            .map(|c| c.as_primitive::<arrow::datatypes::Int64Type>().clone());
+        let levels = b
+            .column_by_name("level")
+            .map(|c| c.as_primitive::<arrow::datatypes::Int64Type>().clone());
         let nodes = b
             .column_by_name("node_id")
             .and_then(|c| arrow::compute::cast(c, &DataType::Utf8).ok())
@@ -196,7 +218,10 @@ async fn planted_inside(ctx: &SessionContext, graph: &GraphStore, group: &[u32])
         if let (Some(ids), Some(levels), Some(nodes)) = (ids, levels, nodes) {
             for r in 0..b.num_rows() {
                 if levels.value(r) == 0
-                    && let Some(i) = nodes.value(r).strip_prefix("node-").and_then(|d| d.parse::<usize>().ok())
+                    && let Some(i) = nodes
+                        .value(r)
+                        .strip_prefix("node-")
+                        .and_then(|d| d.parse::<usize>().ok())
                 {
                     of[i] = ids.value(r) as u32;
                 }
@@ -213,8 +238,10 @@ async fn planted_inside(ctx: &SessionContext, graph: &GraphStore, group: &[u32])
     let (mut planted, mut inside) = (0u64, 0u64);
     for b in &edges {
         use arrow::array::AsArray;
-        let s = arrow::compute::cast(b.column(0), &DataType::Utf8).map_err(|e| BenchError::Step(e.to_string()))?;
-        let t = arrow::compute::cast(b.column(1), &DataType::Utf8).map_err(|e| BenchError::Step(e.to_string()))?;
+        let s = arrow::compute::cast(b.column(0), &DataType::Utf8)
+            .map_err(|e| BenchError::Step(e.to_string()))?;
+        let t = arrow::compute::cast(b.column(1), &DataType::Utf8)
+            .map_err(|e| BenchError::Step(e.to_string()))?;
         let (s, t) = (s.as_string::<i32>(), t.as_string::<i32>());
         for r in 0..b.num_rows() {
             let a: usize = s.value(r)[5..].parse().unwrap_or(0);
@@ -242,14 +269,21 @@ async fn one_size(dir: &Path, n: usize, seed: u64) -> Result<SizeReport, BenchEr
     let ctx = SessionContext::new();
     for table in ["nodes", "edges"] {
         let path = dir.join(format!("{table}.parquet"));
-        ctx.register_parquet(table, path.to_string_lossy().as_ref(), ParquetReadOptions::default())
-            .await
-            .map_err(df)?;
+        ctx.register_parquet(
+            table,
+            path.to_string_lossy().as_ref(),
+            ParquetReadOptions::default(),
+        )
+        .await
+        .map_err(df)?;
     }
     let graph = GraphStore::open(&dir.join("graph").to_string_lossy(), &Default::default())
         .map_err(|e| BenchError::Step(e.to_string()))?;
     super::reset_peak_rss();
-    let tx = graph.begin("communities", "bench").await.map_err(|e| BenchError::Step(e.to_string()))?;
+    let tx = graph
+        .begin("communities", "bench")
+        .await
+        .map_err(|e| BenchError::Step(e.to_string()))?;
     let run_id = tx.run_id().to_string();
     let options = CommunityOptions {
         seed,

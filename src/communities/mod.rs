@@ -166,7 +166,11 @@ pub async fn find_communities(
         .filter(|c| c.level == 0)
         .map(|c| c.members.len())
         .sum();
-    let levels = communities.iter().map(|c| c.level as usize + 1).max().unwrap_or(0);
+    let levels = communities
+        .iter()
+        .map(|c| c.level as usize + 1)
+        .max()
+        .unwrap_or(0);
     let mut per_level = vec![0; levels];
     for c in &communities {
         per_level[c.level as usize] += 1;
