@@ -123,11 +123,10 @@ fn generate(dir: &Path, n: usize, seed: u64) -> Result<(usize, Vec<u32>), BenchE
     }
     starts.push(n);
     let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    let nodes_schema = Arc::new(Schema::new(vec![Field::new(
-        "node_id",
-        DataType::Utf8,
-        false,
-    )]));
+    let nodes_schema = Arc::new(Schema::new(vec![
+        Field::new("node_id", DataType::Utf8, false),
+        Field::new("short_id", DataType::Int64, false),
+    ]));
     let edges_schema = Arc::new(Schema::new(vec![
         Field::new("source_node_id", DataType::Utf8, false),
         Field::new("target_node_id", DataType::Utf8, false),
@@ -146,8 +145,14 @@ fn generate(dir: &Path, n: usize, seed: u64) -> Result<(usize, Vec<u32>), BenchE
     const CHUNK: usize = 1 << 20;
     for lo in (0..n).step_by(CHUNK) {
         let ids = StringArray::from_iter_values((lo..(lo + CHUNK).min(n)).map(node_id));
-        let batch = RecordBatch::try_new(nodes_schema.clone(), vec![Arc::new(ids) as ArrayRef])
-            .map_err(arrow_err)?;
+        let short = arrow::array::Int64Array::from_iter_values(
+            (lo..(lo + CHUNK).min(n)).map(|i| i as i64 + 1),
+        );
+        let batch = RecordBatch::try_new(
+            nodes_schema.clone(),
+            vec![Arc::new(ids) as ArrayRef, Arc::new(short) as ArrayRef],
+        )
+        .map_err(arrow_err)?;
         nodes_writer.write(&batch).map_err(pq)?;
     }
     nodes_writer.close().map_err(pq)?;

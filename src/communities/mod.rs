@@ -3,9 +3,9 @@
 //! `communities` and `community_members` tables in one run (the commit
 //! protocol every writer uses), replacing the previous communities.
 //!
-//! The pass reads only integers into memory: nodes are numbered in
-//! `node_id` order by a DataFusion plan, and the edges come back as pairs
-//! of those numbers from a join, so the Leiden graph is two `u32` arrays
+//! The pass reads the node ids once (for the output rows) and otherwise
+//! only integers: nodes are numbered in `short_id` order, and the facts
+//! come back as pairs of short ids from hash joins, so the Leiden graph is two `u32` arrays
 //! and a weight per edge whatever the length of the ids. Each fact is one
 //! unit of weight between its endpoints (two facts between the same nodes
 //! weigh 2); ended or superseded facts do not count. Nodes with no current
@@ -218,48 +218,123 @@ pub async fn commit(mut tx: crate::store::Transaction, found: Found) -> Result<C
 }
 
 /// Node ids in number order and the current facts as number pairs.
+///
+/// Nodes are numbered in `short_id` order (an integer, unique per graph),
+/// so numbering sorts integers, not ids; facts are joined to their nodes'
+/// short ids by hash joins and mapped to numbers through a table indexed
+/// by short id.
 async fn read_graph(ctx: &SessionContext) -> Result<(Vec<StringArray>, Vec<(u32, u32, f64)>)> {
-    let ids = ctx
-        .sql("SELECT node_id FROM nodes ORDER BY node_id")
+    let batches = ctx
+        .sql("SELECT node_id, short_id FROM nodes")
         .await
-        .map_err(step("planning the node numbering"))?
+        .map_err(step("planning the node read"))?
         .collect()
         .await
-        .map_err(step("numbering the nodes"))?;
-    let mut node_ids = Vec::with_capacity(ids.len());
-    for batch in ids {
-        let column = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8)?;
-        node_ids.push(column.as_string::<i32>().clone());
+        .map_err(step("reading the nodes"))?;
+    let mut ids: Vec<ArrayRef> = Vec::with_capacity(batches.len());
+    let mut short: Vec<i64> = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+    for batch in &batches {
+        ids.push(arrow::compute::cast(
+            batch.column(0),
+            &arrow::datatypes::DataType::Utf8,
+        )?);
+        let s = arrow::compute::cast(batch.column(1), &arrow::datatypes::DataType::Int64)?;
+        short.extend_from_slice(s.as_primitive::<arrow::datatypes::Int64Type>().values());
     }
-    let n: usize = node_ids.iter().map(|a| a.len()).sum();
+    drop(batches);
+    let n = short.len();
     if n > u32::MAX as usize {
         return Err(CommunityError::TooLarge(n));
     }
+    // Number = rank by short id (ties, which a graph does not have, by
+    // read order: the sort is stable).
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_by_key(|&p| short[p as usize]);
+    let refs: Vec<&dyn Array> = ids.iter().map(|a| a.as_ref()).collect();
+    let all = if refs.is_empty() {
+        Arc::new(StringArray::from(Vec::<&str>::new())) as ArrayRef
+    } else {
+        arrow::compute::concat(&refs)?
+    };
+    drop(ids);
+    let in_order =
+        arrow::compute::take(&all, &arrow::array::UInt32Array::from(order.clone()), None)?;
+    drop(all);
+    let node_ids = vec![in_order.as_string::<i32>().clone()];
+    let number = ShortIdNumbers::new(&short, &order);
+    drop(order);
+    drop(short);
+
     let pairs = ctx
         .sql(&format!(
-            "WITH idx AS (SELECT node_id, row_number() OVER (ORDER BY node_id) - 1 AS i FROM nodes) \
-             SELECT CAST(s.i AS BIGINT) AS s, CAST(t.i AS BIGINT) AS t \
-             FROM edges e JOIN idx s ON s.node_id = e.source_node_id \
-             JOIN idx t ON t.node_id = e.target_node_id WHERE {CURRENT_EDGES}"
+            "SELECT s.short_id AS s, t.short_id AS t \
+             FROM edges e JOIN nodes s ON s.node_id = e.source_node_id \
+             JOIN nodes t ON t.node_id = e.target_node_id WHERE {CURRENT_EDGES}"
         ))
         .await
-        .map_err(step("planning the edge numbering"))?
+        .map_err(step("planning the fact read"))?
         .collect()
         .await
-        .map_err(step("numbering the edges"))?;
+        .map_err(step("reading the facts"))?;
     let mut edges = Vec::with_capacity(pairs.iter().map(RecordBatch::num_rows).sum());
     for batch in pairs {
-        let s = batch
-            .column(0)
-            .as_primitive::<arrow::datatypes::Int64Type>();
-        let t = batch
-            .column(1)
-            .as_primitive::<arrow::datatypes::Int64Type>();
+        let s = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Int64)?;
+        let t = arrow::compute::cast(batch.column(1), &arrow::datatypes::DataType::Int64)?;
+        let s = s.as_primitive::<arrow::datatypes::Int64Type>();
+        let t = t.as_primitive::<arrow::datatypes::Int64Type>();
         for (s, t) in s.values().iter().zip(t.values()) {
-            edges.push((*s as u32, *t as u32, 1.0));
+            if let (Some(a), Some(b)) = (number.of(*s), number.of(*t)) {
+                edges.push((a, b, 1.0));
+            }
         }
     }
     Ok((node_ids, edges))
+}
+
+/// Short id → node number: a table indexed by short id when the ids are
+/// dense (graphloom hands them out consecutively), else a sorted lookup.
+enum ShortIdNumbers {
+    Dense { min: i64, numbers: Vec<u32> },
+    Sorted(Vec<(i64, u32)>),
+}
+
+impl ShortIdNumbers {
+    fn new(short: &[i64], order: &[u32]) -> Self {
+        let (Some(&min), Some(&max)) = (short.iter().min(), short.iter().max()) else {
+            return ShortIdNumbers::Sorted(Vec::new());
+        };
+        let span = (max - min) as u128 + 1;
+        if span <= 4 * short.len() as u128 + 1024 {
+            let mut numbers = vec![u32::MAX; span as usize];
+            for (number, &p) in order.iter().enumerate() {
+                numbers[(short[p as usize] - min) as usize] = number as u32;
+            }
+            ShortIdNumbers::Dense { min, numbers }
+        } else {
+            ShortIdNumbers::Sorted(
+                order
+                    .iter()
+                    .enumerate()
+                    .map(|(number, &p)| (short[p as usize], number as u32))
+                    .collect(),
+            )
+        }
+    }
+
+    fn of(&self, short_id: i64) -> Option<u32> {
+        match self {
+            ShortIdNumbers::Dense { min, numbers } => short_id
+                .checked_sub(*min)
+                .and_then(|i| usize::try_from(i).ok())
+                .and_then(|i| numbers.get(i))
+                .copied()
+                .filter(|&n| n != u32::MAX),
+            ShortIdNumbers::Sorted(pairs) => pairs
+                .binary_search_by_key(&short_id, |&(s, _)| s)
+                .ok()
+                .map(|i| pairs[i].1),
+        }
+    }
 }
 
 /// Level 0's modularity and, per community, the facts inside it.
@@ -402,4 +477,30 @@ fn to_batches(
     }
     flush(&mut ids, &mut levels, &mut nodes)?;
     Ok((community_batches, member_batches))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShortIdNumbers;
+
+    #[test]
+    fn short_ids_map_to_their_rank_dense_or_sparse() {
+        // Read order 0..4 with short ids 7, 3, 5, 4: numbers follow the ids.
+        let short = [7, 3, 5, 4];
+        let mut order: Vec<u32> = (0..4).collect();
+        order.sort_by_key(|&p| short[p as usize]);
+        let dense = ShortIdNumbers::new(&short, &order);
+        assert!(matches!(dense, ShortIdNumbers::Dense { .. }));
+        let got: Vec<_> = [3, 4, 5, 7, 6, 2, 8].iter().map(|&s| dense.of(s)).collect();
+        assert_eq!(got, [Some(0), Some(1), Some(2), Some(3), None, None, None]);
+
+        let short = [1_000_000_000_000, 3, 5];
+        let mut order: Vec<u32> = (0..3).collect();
+        order.sort_by_key(|&p| short[p as usize]);
+        let sparse = ShortIdNumbers::new(&short, &order);
+        assert!(matches!(sparse, ShortIdNumbers::Sorted(_)));
+        assert_eq!(sparse.of(1_000_000_000_000), Some(2));
+        assert_eq!(sparse.of(5), Some(1));
+        assert_eq!(sparse.of(4), None);
+    }
 }

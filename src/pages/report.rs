@@ -155,11 +155,13 @@ pub async fn report_document(
     Ok((document, summary))
 }
 
-/// A failure's reason class: its text up to the first `:` (reasons read
-/// "what: detail"), numbers replaced by `N`, so "reply cut at 784 tokens"
-/// and "reply cut at 512 tokens" count together.
+/// A failure's reason class: its text without a leading `stage: ` and up
+/// to the next `: ` (reasons read "what: detail"), numbers replaced by
+/// `N`, so "reply cut at 784 tokens" and "reply cut at 512 tokens" count
+/// together.
 fn reason_class_sql() -> &'static str {
-    "substr(regexp_replace(split_part(reason, ': ', 1), '[0-9]+', 'N', 'g'), 1, 120)"
+    "substr(regexp_replace(split_part(regexp_replace(reason, '^[a-z_]+: ', ''), ': ', 1), \
+     '[0-9]+', 'N', 'g'), 1, 120)"
 }
 
 /// Splits each run's recorded cost over its stages in proportion to what
@@ -217,15 +219,16 @@ fn histograms(latency: &[Map<String, Value>]) -> Vec<Value> {
 
 fn eval_json(gold: &Path, q: &Quality) -> Value {
     let (calls, tokens, seconds) = q.per_episode();
+    let (calls, tokens, seconds) = (round3(calls), round3(tokens), round3(seconds));
     json!({
         "gold": gold.display().to_string(),
         "metrics": [
-            {"name": "entity precision", "value": q.entity_precision()},
-            {"name": "entity recall", "value": q.entity_recall()},
-            {"name": "chain accuracy", "value": q.chain_accuracy()},
-            {"name": "nodes per gold entity", "value": q.nodes_per_entity()},
-            {"name": "fact recall (family)", "value": q.fact_recall()},
-            {"name": "fact recall (exact type)", "value": q.fact_recall_exact()},
+            {"name": "entity precision", "value": round3(q.entity_precision())},
+            {"name": "entity recall", "value": round3(q.entity_recall())},
+            {"name": "chain accuracy", "value": round3(q.chain_accuracy())},
+            {"name": "nodes per gold entity", "value": round3(q.nodes_per_entity())},
+            {"name": "fact recall (family)", "value": round3(q.fact_recall())},
+            {"name": "fact recall (exact type)", "value": round3(q.fact_recall_exact())},
             {"name": "ended facts found", "value": q.ended_found},
             {"name": "of those stored invalid", "value": q.ended_stored_invalid},
             {"name": "episodes lost", "value": q.episodes_lost},
@@ -235,6 +238,11 @@ fn eval_json(gold: &Path, q: &Quality) -> Value {
         ],
         "text": q.to_string(),
     })
+}
+
+/// Three decimals: the page shows scores, not float noise.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 /// The page's HTML for a data document.
