@@ -463,6 +463,39 @@ async fn a_writer_killed_mid_run_on_s3_is_rolled_back_by_recover() {
         .expect("reader");
     let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
     assert_eq!(rows as i64, one.0);
+
+    // The GraphRAG export writes through the same destination code.
+    let exported = ok(
+        "export graphrag",
+        graphloom(
+            &[
+                "export",
+                "graphrag",
+                "--graph",
+                graph,
+                "--to",
+                "s3://crash/graphrag",
+            ],
+            &env,
+        ),
+    );
+    assert!(
+        exported.contains("exported 4 GraphRAG tables"),
+        "{exported}"
+    );
+    let bytes = store
+        .get(&object_store::path::Path::from("graphrag/entities.parquet"))
+        .await
+        .expect("entities.parquet exists")
+        .bytes()
+        .await
+        .expect("read");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .expect("a Parquet file")
+        .build()
+        .expect("reader");
+    let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
+    assert_eq!(rows as i64, one.0, "one entity per node");
 }
 
 #[tokio::test(flavor = "multi_thread")]
