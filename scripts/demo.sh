@@ -57,6 +57,10 @@ echo "== graphloom eval --pipeline $pipeline --gold pipelines/gold/procurement.j
 echo
 echo "== graphloom status --pipeline $pipeline"
 "$bin" status --pipeline "$pipeline"
+echo
+echo "== graphloom view / report (open the HTML files in a browser)"
+"$bin" view --pipeline "$pipeline" --out out/procurement-view.html
+"$bin" report --pipeline "$pipeline" --gold pipelines/gold/procurement.json --out out/procurement-report.html
 if [ "$all" = 0 ]; then
   echo
   echo "That was the first slice (the ERP records). scripts/demo.sh --all goes on"
