@@ -211,11 +211,12 @@ pub async fn view_document(
         nodes: nodes.len(),
         edges: edges.len(),
     };
-    let run = store
-        .existing_snapshot()
-        .await?
+    // The run the session read, not a newer one committed meanwhile.
+    let run = session
+        .snapshot()
         .head
         .last_completed
+        .as_ref()
         .map(|r| format!(" (run #{})", r.run_seq))
         .unwrap_or_default();
     let document = json!({
