@@ -257,13 +257,11 @@ async fn read_graph(ctx: &SessionContext) -> Result<(Vec<StringArray>, Vec<(u32,
         arrow::compute::concat(&refs)?
     };
     drop(ids);
-    let in_order =
-        arrow::compute::take(&all, &arrow::array::UInt32Array::from(order.clone()), None)?;
+    let number = ShortIdNumbers::new(&short, &order);
+    drop(short);
+    let in_order = arrow::compute::take(&all, &arrow::array::UInt32Array::from(order), None)?;
     drop(all);
     let node_ids = vec![in_order.as_string::<i32>().clone()];
-    let number = ShortIdNumbers::new(&short, &order);
-    drop(order);
-    drop(short);
 
     let pairs = ctx
         .sql(&format!(

@@ -22,9 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use datafusion::prelude::SessionContext;
-
-use super::{Destination, ExportError, ExportReport, ExportedTable, Result, last_run};
+use super::{Export, ExportReport, Result};
 use crate::store::{GraphStore, Table};
 
 /// Choices of a GraphRAG export.
@@ -235,21 +233,22 @@ const REPORT_FACTS: usize = 25;
 
 const EMPTY_IDS: &str = "arrow_cast(make_array(), 'List(Utf8)')";
 
+/// The columns GraphRAG's communities and community_reports share, after
+/// `id`, and the two they end with.
+const COMMUNITY_KEYS: &str = "c.community_id AS human_readable_id, c.community_id AS community, \
+     c.level AS level, coalesce(c.parent, CAST(-1 AS BIGINT)) AS parent, c.children AS children";
+const COMMUNITY_TAIL: &str = "coalesce(c.period, '') AS period, c.size AS size";
+
 fn communities_sql() -> String {
     format!(
         "{with}
          SELECT 'community-' || CAST(c.community_id AS VARCHAR) AS id,
-                c.community_id AS human_readable_id,
-                c.community_id AS community,
-                c.level AS level,
-                coalesce(c.parent, CAST(-1 AS BIGINT)) AS parent,
-                c.children AS children,
+                {COMMUNITY_KEYS},
                 c.title AS title,
                 coalesce(n.ids, {EMPTY_IDS}) AS entity_ids,
                 coalesce(r.ids, {EMPTY_IDS}) AS relationship_ids,
                 coalesce(u.ids, {EMPTY_IDS}) AS text_unit_ids,
-                coalesce(c.period, '') AS period,
-                c.size AS size
+                {COMMUNITY_TAIL}
          FROM x_c c
          LEFT JOIN x_c_nodes n ON n.community_id = c.community_id
          LEFT JOIN x_c_rel r ON r.community_id = c.community_id
@@ -269,15 +268,13 @@ fn json_text(expr: &str) -> String {
 
 fn community_reports_sql() -> String {
     let title = "coalesce(n.central, c.title)";
-    let summary = "CAST(c.size AS VARCHAR) || ' entities (' || coalesce(t.types, '') || ') with '                    || CAST(c.edges AS VARCHAR) || ' current facts among them; most connected: '                    || coalesce(n.central, '') || '.'";
+    let summary = "CAST(c.size AS VARCHAR) || ' entities (' || coalesce(t.types, '') || ') with ' \
+                   || CAST(c.edges AS VARCHAR) || ' current facts among them; most connected: ' \
+                   || coalesce(n.central, '') || '.'";
     format!(
         "{with}
          SELECT 'report-' || CAST(c.community_id AS VARCHAR) AS id,
-                c.community_id AS human_readable_id,
-                c.community_id AS community,
-                c.level AS level,
-                coalesce(c.parent, CAST(-1 AS BIGINT)) AS parent,
-                c.children AS children,
+                {COMMUNITY_KEYS},
                 {title} AS title,
                 {summary} AS summary,
                 '# ' || {title} || chr(10) || chr(10) || {summary}
@@ -288,8 +285,7 @@ fn community_reports_sql() -> String {
                 f.findings AS findings,
                 '{{\"title\": ' || {title_json} || ', \"summary\": ' || {summary_json}
                   || ', \"rating\": ' || CAST(c.edges AS VARCHAR) || '}}' AS full_content_json,
-                coalesce(c.period, '') AS period,
-                c.size AS size
+                {COMMUNITY_TAIL}
          FROM x_c c
          LEFT JOIN x_c_nodes n ON n.community_id = c.community_id
          LEFT JOIN x_c_types t ON t.community_id = c.community_id
@@ -311,60 +307,34 @@ pub async fn export_graphrag(
     storage_options: &BTreeMap<String, String>,
     options: &GraphragOptions,
 ) -> Result<ExportReport> {
-    let destination = Destination::open(to, storage_options)?;
-    let snapshot = store.existing_snapshot().await?;
-    let ctx = SessionContext::new();
-    snapshot.register(&ctx).await?;
-    destination.register(&ctx);
-
+    let mut export = Export::open(store, to, storage_options).await?;
+    // Each file with the graph table whose version the manifest records.
     let mut plans = vec![
-        ("entities", entities_sql(options)),
-        ("relationships", relationships_sql(options)),
-        ("text_units", text_units_sql(options)),
-        ("documents", documents_sql()),
+        ("entities", Table::Nodes, entities_sql(options)),
+        ("relationships", Table::Edges, relationships_sql(options)),
+        ("text_units", Table::Episodes, text_units_sql(options)),
+        ("documents", Table::Episodes, documents_sql()),
     ];
-    let has_communities = match snapshot.table(Table::Communities) {
-        Some(t) => t
-            .snapshot()
-            .map(|s| s.log_data().num_files() > 0)
-            .unwrap_or(false),
-        None => false,
-    };
+    let has_communities = export
+        .snapshot()
+        .table(Table::Communities)
+        .and_then(|t| t.snapshot().ok())
+        .is_some_and(|s| s.log_data().num_files() > 0);
     if has_communities {
-        plans.push(("communities", communities_sql()));
-        plans.push(("community_reports", community_reports_sql()));
+        plans.push(("communities", Table::Communities, communities_sql()));
+        plans.push((
+            "community_reports",
+            Table::Communities,
+            community_reports_sql(),
+        ));
     }
-    let mut tables = BTreeMap::new();
-    for (name, sql) in plans {
-        let frame = ctx.sql(&sql).await.map_err(|source| ExportError::Table {
-            table: name.to_string(),
-            to: format!("{}{name}.parquet", destination.shown()),
-            source,
-        })?;
-        let (file, rows) = destination.write(name, frame).await?;
-        let version = match name {
-            "entities" => snapshot.table(Table::Nodes),
-            "relationships" => snapshot.table(Table::Edges),
-            "communities" | "community_reports" => snapshot.table(Table::Communities),
-            _ => snapshot.table(Table::Episodes),
-        }
-        .and_then(|t| t.version());
-        tables.insert(
-            name.to_string(),
-            ExportedTable {
-                file,
-                version,
-                rows,
-            },
-        );
+    for (name, read, sql) in plans {
+        let frame = export
+            .ctx
+            .sql(&sql)
+            .await
+            .map_err(|source| export.error(name, source))?;
+        export.write(name, frame, read).await?;
     }
-    let report = ExportReport {
-        format: "graphrag",
-        graph: store.display_url(),
-        to: destination.shown().to_string(),
-        run_id: last_run(&snapshot),
-        tables,
-    };
-    destination.manifest(&report).await?;
-    Ok(report)
+    export.finish("graphrag", store).await
 }

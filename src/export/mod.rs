@@ -100,78 +100,64 @@ pub async fn export_parquet(
     to: &str,
     options: &BTreeMap<String, String>,
 ) -> Result<ExportReport> {
-    let destination = Destination::open(to, options)?;
-    let snapshot = store.existing_snapshot().await?;
-    let ctx = SessionContext::new();
-    snapshot.register(&ctx).await?;
-    destination.register(&ctx);
-
-    let mut tables = BTreeMap::new();
+    let mut export = Export::open(store, to, options).await?;
     for table in Table::ALL {
-        let frame = ctx
+        let frame = export
+            .ctx
             .table(table.name())
             .await
-            .map_err(|source| destination.error(table.name(), source))?;
-        let (file, rows) = destination.write(table.name(), frame).await?;
-        let version = snapshot.table(table).and_then(|t| t.version());
-        tables.insert(
-            table.name().to_string(),
-            ExportedTable {
-                file,
-                version,
-                rows,
-            },
-        );
+            .map_err(|source| export.error(table.name(), source))?;
+        export.write(table.name(), frame, table).await?;
     }
-    let report = ExportReport {
-        format: "delta-tables",
-        graph: store.display_url(),
-        to: destination.shown.clone(),
-        run_id: last_run(&snapshot),
-        tables,
-    };
-    destination.manifest(&report).await?;
-    Ok(report)
+    export.finish("delta-tables", store).await
 }
 
-/// The run a snapshot pins, if any.
-pub(crate) fn last_run(snapshot: &Snapshot) -> Option<String> {
-    snapshot
-        .head
-        .last_completed
-        .as_ref()
-        .map(|r| r.run_id.clone())
-}
-
-/// An export's destination directory: its URL, a client for it and the URL
-/// as shown in messages (without credentials).
-pub(crate) struct Destination {
+/// One export under way: the destination directory (its URL, a client
+/// for it and the URL as shown in messages, without credentials), the
+/// pinned snapshot registered in a session whose writers reach the
+/// destination, and the tables written so far.
+pub(crate) struct Export {
     url: Url,
     store: Arc<dyn ObjectStore>,
     shown: String,
+    snapshot: Snapshot,
+    pub(crate) ctx: SessionContext,
+    tables: BTreeMap<String, ExportedTable>,
 }
 
-impl Destination {
-    /// Parses `to` (a path or an object store URL) with its storage options.
-    pub(crate) fn open(to: &str, options: &BTreeMap<String, String>) -> Result<Self> {
+impl Export {
+    /// Parses `to` (a path or an object store URL) with its storage options
+    /// and opens the graph's last completed run.
+    pub(crate) async fn open(
+        graph: &GraphStore,
+        to: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Self> {
         let url = objstore::parse_dir_url(to)?;
         let store = objstore::store_for(&url, options)?;
         let shown = objstore::redacted(&url);
-        Ok(Destination { url, store, shown })
+        let snapshot = graph.existing_snapshot().await?;
+        let ctx = SessionContext::new();
+        snapshot.register(&ctx).await?;
+        // The writers look stores up by URL: give them the client already
+        // configured with the destination's options.
+        ctx.register_object_store(&store_root(&url), store.clone());
+        Ok(Export {
+            url,
+            store,
+            shown,
+            snapshot,
+            ctx,
+            tables: BTreeMap::new(),
+        })
     }
 
-    /// The destination as shown in messages.
-    pub(crate) fn shown(&self) -> &str {
-        &self.shown
+    /// The snapshot being exported.
+    pub(crate) fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
     }
 
-    /// Makes `ctx`'s writers reach the destination through the client
-    /// configured with its options (they look stores up by URL).
-    pub(crate) fn register(&self, ctx: &SessionContext) {
-        ctx.register_object_store(&store_root(&self.url), self.store.clone());
-    }
-
-    fn error(&self, table: &str, source: DataFusionError) -> ExportError {
+    pub(crate) fn error(&self, table: &str, source: DataFusionError) -> ExportError {
         ExportError::Table {
             table: table.to_string(),
             to: format!("{}{table}.parquet", self.shown),
@@ -179,10 +165,11 @@ impl Destination {
         }
     }
 
-    /// Writes `frame` as `<name>.parquet` in one piece; returns the file
-    /// name and the rows written. The plan streams: memory stays bounded by
-    /// a few record batches whatever the table's size.
-    pub(crate) async fn write(&self, name: &str, frame: DataFrame) -> Result<(String, u64)> {
+    /// Writes `frame` as `<name>.parquet` in one piece and records it with
+    /// the Delta version of `read`, the graph table it comes from. The plan
+    /// streams: memory stays bounded by a few record batches whatever the
+    /// table's size.
+    pub(crate) async fn write(&mut self, name: &str, frame: DataFrame, read: Table) -> Result<()> {
         let file = format!("{name}.parquet");
         let frame = plain_types(frame).map_err(|source| self.error(name, source))?;
         let target = self.url.join(&file).map_err(|e| LocationError::Invalid {
@@ -205,14 +192,39 @@ impl Destination {
                     .downcast_ref::<arrow::array::UInt64Array>()
             })
             .map_or(0, |a| a.value(0));
-        Ok((file, rows))
+        let version = self.snapshot.table(read).and_then(|t| t.version());
+        self.tables.insert(
+            name.to_string(),
+            ExportedTable {
+                file,
+                version,
+                rows,
+            },
+        );
+        Ok(())
     }
 
-    /// Writes the manifest beside the files, last: a reader that finds it
-    /// finds every file it names.
-    pub(crate) async fn manifest(&self, report: &ExportReport) -> Result<()> {
+    /// Writes the manifest beside the files, last (a reader that finds it
+    /// finds every file it names), and returns it.
+    pub(crate) async fn finish(
+        self,
+        format: &'static str,
+        graph: &GraphStore,
+    ) -> Result<ExportReport> {
+        let report = ExportReport {
+            format,
+            graph: graph.display_url(),
+            to: self.shown.clone(),
+            run_id: self
+                .snapshot
+                .head
+                .last_completed
+                .as_ref()
+                .map(|r| r.run_id.clone()),
+            tables: self.tables,
+        };
         let manifest = objstore::path_of(&self.url).join(MANIFEST);
-        let body = serde_json::to_vec_pretty(report).unwrap_or_default();
+        let body = serde_json::to_vec_pretty(&report).unwrap_or_default();
         self.store
             .put(&manifest, PutPayload::from(body))
             .await
@@ -220,7 +232,7 @@ impl Destination {
                 to: format!("{}{MANIFEST}", self.shown),
                 source,
             })?;
-        Ok(())
+        Ok(report)
     }
 }
 

@@ -59,22 +59,29 @@ pub struct ViewSummary {
     pub edges: usize,
 }
 
+/// The user's `--query` as one statement without its trailing `;`, or
+/// `None` for all nodes.
+fn user_query(options: &ViewOptions) -> Result<Option<&str>> {
+    let Some(q) = options.query.as_deref() else {
+        return Ok(None);
+    };
+    let q = q.trim().trim_end_matches(';').trim();
+    if q.is_empty() {
+        return Err(PageError::ViewQuery("is empty".into()));
+    }
+    if q.contains(';') {
+        return Err(PageError::ViewQuery(
+            "must be one statement (a SELECT with a node_id column)".into(),
+        ));
+    }
+    Ok(Some(q))
+}
+
 /// The nodes selected, as a SQL subquery with one `node_id` column.
-fn selection(options: &ViewOptions) -> Result<String> {
-    match options.query.as_deref().map(str::trim) {
-        None => Ok("SELECT node_id FROM nodes".to_string()),
-        Some(q) => {
-            let q = q.trim_end_matches(';').trim();
-            if q.is_empty() {
-                return Err(PageError::ViewQuery("is empty".into()));
-            }
-            if q.contains(';') {
-                return Err(PageError::ViewQuery(
-                    "must be one statement (a SELECT with a node_id column)".into(),
-                ));
-            }
-            Ok(format!("SELECT DISTINCT node_id FROM ({q}) AS selected"))
-        }
+fn selection(query: Option<&str>) -> String {
+    match query {
+        None => "SELECT node_id FROM nodes".to_string(),
+        Some(q) => format!("SELECT DISTINCT node_id FROM ({q}) AS selected"),
     }
 }
 
@@ -99,19 +106,12 @@ pub async fn view_document(
         })?,
     };
     let session = super::open(store).await?;
-    let selection = selection(options)?;
-    if options.query.is_some() {
+    let query = user_query(options)?;
+    let selection = selection(query);
+    if let Some(q) = query {
         // A query without a node_id column fails here with a clear message
         // instead of inside the larger plans below.
-        let probe = format!(
-            "SELECT * FROM ({}) AS q LIMIT 0",
-            options
-                .query
-                .as_deref()
-                .unwrap_or_default()
-                .trim()
-                .trim_end_matches(';')
-        );
+        let probe = format!("SELECT * FROM ({q}) AS q LIMIT 0");
         let cols = session.run(&probe).await.map_err(|e| PageError::Query {
             step: "running --query",
             source: Box::new(e),
