@@ -1255,21 +1255,26 @@ mod tests {
         );
     }
 
+    /// Triangles {0, 1, 2} and {3, 4, 5}, with the edge 2–3 when `joined`.
+    fn two_triangles(joined: bool) -> Graph {
+        let mut edges = vec![
+            (0, 1, 1.0),
+            (1, 2, 1.0),
+            (0, 2, 1.0),
+            (3, 4, 1.0),
+            (4, 5, 1.0),
+            (3, 5, 1.0),
+        ];
+        if joined {
+            edges.push((2, 3, 1.0));
+        }
+        Graph::from_edges(6, &edges)
+    }
+
     #[test]
     fn modularity_matches_hand_computation() {
         // Two triangles joined by one edge: Q = 2·(3/7 − (7/14)²) = 5/14.
-        let g = Graph::from_edges(
-            6,
-            &[
-                (0, 1, 1.0),
-                (1, 2, 1.0),
-                (0, 2, 1.0),
-                (3, 4, 1.0),
-                (4, 5, 1.0),
-                (3, 5, 1.0),
-                (2, 3, 1.0),
-            ],
-        );
+        let g = two_triangles(true);
         let q = modularity(&g, &[0, 0, 0, 1, 1, 1], 1.0);
         assert!((q - 5.0 / 14.0).abs() < 1e-12, "{q}");
         assert!(
@@ -1281,17 +1286,7 @@ mod tests {
 
     #[test]
     fn two_disconnected_triangles() {
-        let g = Graph::from_edges(
-            6,
-            &[
-                (0, 1, 1.0),
-                (1, 2, 1.0),
-                (0, 2, 1.0),
-                (3, 4, 1.0),
-                (4, 5, 1.0),
-                (3, 5, 1.0),
-            ],
-        );
+        let g = two_triangles(false);
         assert_eq!(leiden(&g, &Params::default()), vec![0, 0, 0, 1, 1, 1]);
         let h = hierarchical_leiden(&g, &Params::default());
         assert_eq!(h.len(), 2);

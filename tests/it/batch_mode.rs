@@ -19,7 +19,7 @@ use graphloom::llm::test_server::{
 use graphloom::run::{RunOptions, RunReport};
 use graphloom::spec::{ApiStyle, PipelineSpec};
 
-use crate::common;
+use crate::common::{graphloom, ok};
 use crate::run_pipeline::{EMPLOYMENT, Fixture, GREY, content, fixture, responder};
 
 /// The run_pipeline corpus with employment facts (contradictions) and a
@@ -319,25 +319,11 @@ fn pipeline_file(f: &Fixture, dir: &Path) -> PathBuf {
     path
 }
 
-fn graphloom(args: &[&str]) -> std::process::Command {
-    let mut cmd = std::process::Command::new(common::bin());
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .env_remove("GRAPHLOOM_FAILPOINT");
-    cmd
-}
-
 /// `graphloom <args> PIPELINE --graph GRAPH`.
 fn on_graph(args: &[&str], pipeline: &Path, graph: &str) -> std::process::Command {
     let mut cmd = graphloom(args);
     cmd.arg(pipeline).args(["--graph", graph]);
     cmd
-}
-
-fn ok(mut cmd: std::process::Command, what: &str) -> String {
-    let out = cmd.output().expect("spawn graphloom");
-    assert!(out.status.success(), "{}", common::describe(what, &out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What the CLI tests start from: the graph a sync run builds, the corpus

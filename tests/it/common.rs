@@ -61,3 +61,19 @@ pub fn describe(what: &str, out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// The graphloom binary with `args`, no input and no failpoint set.
+pub fn graphloom(args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .env_remove("GRAPHLOOM_FAILPOINT");
+    cmd
+}
+
+/// Runs `cmd`; panics with its output unless it succeeds; returns stdout.
+pub fn ok(mut cmd: std::process::Command, what: &str) -> String {
+    let out = cmd.output().expect("spawn graphloom");
+    assert!(out.status.success(), "{}", describe(what, &out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -157,6 +157,23 @@ fn make_container(server: &Server, container: &str) {
     );
 }
 
+/// Rows of the Parquet file at `path` in `store`.
+async fn parquet_rows(store: &dyn object_store::ObjectStore, path: &str) -> i64 {
+    use object_store::ObjectStoreExt as _;
+    let bytes = store
+        .get(&object_store::path::Path::from(path))
+        .await
+        .unwrap_or_else(|e| panic!("{path} exists: {e}"))
+        .bytes()
+        .await
+        .expect("read");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .expect("a Parquet file")
+        .build()
+        .expect("reader");
+    reader.map(|b| b.expect("batch").num_rows() as i64).sum()
+}
+
 /// The settings a process needs for the S3 server, as environment variables.
 fn s3_env(server: &Server) -> Vec<(&'static str, String)> {
     vec![
@@ -450,19 +467,7 @@ async fn a_writer_killed_mid_run_on_s3_is_rolled_back_by_recover() {
         &s3_options(&s3),
     )
     .expect("store");
-    let bytes = store
-        .get(&object_store::path::Path::from("export/nodes.parquet"))
-        .await
-        .expect("nodes.parquet exists")
-        .bytes()
-        .await
-        .expect("read");
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .expect("a Parquet file")
-        .build()
-        .expect("reader");
-    let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
-    assert_eq!(rows as i64, one.0);
+    assert_eq!(parquet_rows(&*store, "export/nodes.parquet").await, one.0);
 
     // The GraphRAG export writes through the same destination code.
     let exported = ok(
@@ -483,19 +488,11 @@ async fn a_writer_killed_mid_run_on_s3_is_rolled_back_by_recover() {
         exported.contains("exported 4 GraphRAG tables"),
         "{exported}"
     );
-    let bytes = store
-        .get(&object_store::path::Path::from("graphrag/entities.parquet"))
-        .await
-        .expect("entities.parquet exists")
-        .bytes()
-        .await
-        .expect("read");
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .expect("a Parquet file")
-        .build()
-        .expect("reader");
-    let rows: usize = reader.map(|b| b.expect("batch").num_rows()).sum();
-    assert_eq!(rows as i64, one.0, "one entity per node");
+    assert_eq!(
+        parquet_rows(&*store, "graphrag/entities.parquet").await,
+        one.0,
+        "one entity per node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

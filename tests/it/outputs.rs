@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use graphloom::run::RunOptions;
 use serde_json::Value;
 
-use crate::common::{bin, describe, repo};
+use crate::common::{self, describe, repo};
 use crate::run_pipeline::{Fixture, query};
 
 const PLAYWRIGHT: &str = "/var/cache/graphloom-tools/playwright/node_modules";
@@ -51,18 +51,8 @@ async fn count(f: &Fixture, sql: &str) -> u64 {
 }
 
 /// Runs the graphloom binary; panics with its output unless it succeeds.
-fn graphloom(args: &[&str]) -> String {
-    let out = Command::new(bin())
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run graphloom");
-    assert!(
-        out.status.success(),
-        "{}",
-        describe(&format!("graphloom {args:?}"), &out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+fn run_ok(args: &[&str]) -> String {
+    common::ok(common::graphloom(args), &format!("graphloom {args:?}"))
 }
 
 fn skip(var: &str, problem: &str) -> bool {
@@ -105,7 +95,7 @@ async fn graphrag_export_loads_in_graphrag_and_matches_the_graph() {
     let all = dir.path().join("all");
     let current = dir.path().join("current");
     let url = graph_url(&f);
-    graphloom(&[
+    run_ok(&[
         "export",
         "graphrag",
         "--graph",
@@ -113,7 +103,7 @@ async fn graphrag_export_loads_in_graphrag_and_matches_the_graph() {
         "--to",
         all.to_str().unwrap(),
     ]);
-    graphloom(&[
+    run_ok(&[
         "export",
         "graphrag",
         "--graph",
@@ -251,7 +241,7 @@ async fn view_draws_the_graph_and_its_label_and_time_filters_match_sql() {
     let dir = tempfile::tempdir().expect("temp dir");
     let page = dir.path().join("graph.html");
     let url = graph_url(&f);
-    graphloom(&["view", "--graph", &url, "--out", page.to_str().unwrap()]);
+    run_ok(&["view", "--graph", &url, "--out", page.to_str().unwrap()]);
     let html = std::fs::read_to_string(&page).expect("page");
     assert!(
         html.contains("Copyright"),
@@ -330,7 +320,7 @@ async fn view_of_a_query_is_capped_and_says_so() {
     )
     .await;
     assert!(people >= 2);
-    let printed = graphloom(&[
+    let printed = run_ok(&[
         "view",
         "--graph",
         &url,
@@ -356,12 +346,18 @@ async fn view_of_a_query_is_capped_and_says_so() {
     assert_eq!(drawn(&got["counts"], "nodes"), 1, "{got}");
 
     // A query without node_id is refused before anything is written.
-    let out = Command::new(bin())
-        .args(["view", "--graph", &url, "--out"])
-        .arg(dir.path().join("bad.html"))
-        .args(["--query", "SELECT name FROM nodes"])
-        .output()
-        .expect("run");
+    let bad = dir.path().join("bad.html");
+    let out = common::graphloom(&[
+        "view",
+        "--graph",
+        &url,
+        "--out",
+        bad.to_str().unwrap(),
+        "--query",
+        "SELECT name FROM nodes",
+    ])
+    .output()
+    .expect("run");
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -379,7 +375,7 @@ async fn report_totals_match_the_graph_per_run_and_overall() {
     let page = dir.path().join("report.html");
     let url = graph_url(&f);
     let gold = repo().join("pipelines/gold/procurement.json");
-    let printed = graphloom(&[
+    let printed = run_ok(&[
         "report",
         "--graph",
         &url,
@@ -447,11 +443,11 @@ async fn memberships(f: &Fixture) -> Vec<Value> {
 async fn communities_are_seeded_cover_linked_nodes_and_export_to_graphrag() {
     let f = graph().await;
     let url = graph_url(&f);
-    let printed = graphloom(&["communities", "--graph", &url, "--seed", "7"]);
+    let printed = run_ok(&["communities", "--graph", &url, "--seed", "7"]);
     assert!(printed.contains("level 0:"), "{printed}");
     let first = memberships(&f).await;
     assert!(!first.is_empty());
-    graphloom(&["communities", "--graph", &url, "--seed", "7"]);
+    run_ok(&["communities", "--graph", &url, "--seed", "7"]);
     assert_eq!(
         memberships(&f).await,
         first,
@@ -494,7 +490,7 @@ async fn communities_are_seeded_cover_linked_nodes_and_export_to_graphrag() {
 
     let communities = count(&f, "SELECT count(*) AS n FROM communities").await;
     let dir = tempfile::tempdir().expect("temp dir");
-    graphloom(&[
+    run_ok(&[
         "export",
         "graphrag",
         "--graph",
