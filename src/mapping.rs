@@ -17,7 +17,7 @@
 //!   each; the rest of the record loads;
 //! * values come from the record, so they are grounded by construction.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -269,6 +269,18 @@ struct FactRule {
     fact: Option<Template>,
     valid_at: Option<String>,
     invalid_at: Option<String>,
+    /// Field → value pairs that must all hold.
+    when: Vec<(String, String)>,
+    /// Field → value pairs none of which may hold.
+    unless: Vec<(String, String)>,
+}
+
+impl FactRule {
+    /// Whether the fact is made from these fields.
+    fn applies(&self, fields: &Map<String, Value>) -> bool {
+        let holds = |(f, want): &(String, String)| plain(fields, f).is_ok_and(|v| &v == want);
+        self.when.iter().all(holds) && !self.unless.iter().any(holds)
+    }
 }
 
 /// One checked `[[mapping]]` table.
@@ -362,8 +374,9 @@ impl Mapping {
         let mut out = Mapped::default();
         let context: String = episode.content.chars().take(CONTEXT_CHARS).collect();
         // Per rule, the position of its mention for each item (one item
-        // for a plain entity); None where an optional one is absent.
-        let mut at: Vec<Vec<Option<usize>>> = Vec::with_capacity(self.entities.len());
+        // for a plain entity; None where an optional one is absent) and,
+        // for a rule with `each`, the item it was read from.
+        let mut at: Vec<Vec<Made<'_>>> = Vec::with_capacity(self.entities.len());
         for (k, rule) in self.entities.iter().enumerate() {
             let path = format!("mapping[{}].entities[{k}] (`{}`)", self.index, rule.id);
             let scopes: Vec<&Map<String, Value>> = match &rule.each {
@@ -388,7 +401,7 @@ impl Mapping {
             for scope in scopes {
                 let made =
                     self.entity(ontology, episode, rule, &path, scope, &context, &mut out)?;
-                positions.push(made);
+                positions.push((made, rule.each.is_some().then_some(scope)));
             }
             at.push(positions);
         }
@@ -397,22 +410,39 @@ impl Mapping {
             let (from, to) = (&at[rule.source], &at[rule.target]);
             let same_list = self.entities[rule.source].each.is_some()
                 && self.entities[rule.source].each == self.entities[rule.target].each;
-            let pairs: Vec<(usize, usize)> = if same_list {
+            // Each pair with the list item it belongs to, if any (checked
+            // at load: at most one list takes part).
+            let pairs: Vec<(usize, usize, Option<Item<'_>>)> = if same_list {
                 from.iter()
                     .zip(to)
-                    .filter_map(|(s, t)| Some(((*s)?, (*t)?)))
+                    .filter_map(|((s, item), (t, _))| Some(((*s)?, (*t)?, *item)))
                     .collect()
             } else {
-                let (ss, ts): (Vec<usize>, Vec<usize>) = (
-                    from.iter().flatten().copied().collect(),
-                    to.iter().flatten().copied().collect(),
-                );
+                let (ss, ts) = (present(from), present(to));
                 ss.iter()
-                    .flat_map(|s| ts.iter().map(move |t| (*s, *t)))
+                    .flat_map(|(s, si)| ts.iter().map(move |(t, ti)| (*s, *t, si.or(*ti))))
                     .collect()
             };
-            for (s, t) in pairs {
-                self.fact(ontology, episode, rule, &path, record, s, t, &mut out);
+            for (s, t, item) in pairs {
+                // A fact made once per item reads its fields from the item
+                // first (a member's `since`), then from the record. Lists
+                // are left out of the copy (no template renders one), so a
+                // record of n items costs n small copies, not n copies of
+                // its lists.
+                let scope = item.map(|item| {
+                    let mut merged: Map<String, Value> = record
+                        .iter()
+                        .filter(|(_, v)| !v.is_array())
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    merged.extend(item.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    merged
+                });
+                let fields = scope.as_ref().unwrap_or(record);
+                if !rule.applies(fields) {
+                    continue;
+                }
+                self.fact(ontology, episode, rule, &path, fields, s, t, &mut out);
             }
         }
         Ok(out)
@@ -583,6 +613,21 @@ impl Mapping {
     }
 }
 
+/// One item of a rule's `each` list.
+type Item<'a> = &'a Map<String, Value>;
+
+/// What a rule made from one scope: its mention (None when an optional
+/// one is absent) and, for a rule with `each`, the item it was read from.
+type Made<'a> = (Option<usize>, Option<Item<'a>>);
+
+/// The mentions a rule made, with the list item each was read from;
+/// optional ones that are absent left out.
+fn present<'a>(made: &[Made<'a>]) -> Vec<(usize, Option<Item<'a>>)> {
+    made.iter()
+        .filter_map(|(m, item)| Some(((*m)?, *item)))
+        .collect()
+}
+
 /// The chain of a type a record names, or why it cannot be used.
 fn entity_chain(ontology: &Ontology, type_name: &str) -> std::result::Result<Vec<String>, String> {
     // Labels are `Entity` then the chain.
@@ -644,16 +689,7 @@ fn compile_one(
             "must be a non-empty relative glob such as `erp.jsonl` or `crm/*.parquet`".into(),
         );
     }
-    let mut when = Vec::new();
-    for (f, v) in &spec.when {
-        match when_text(v) {
-            Some(t) => when.push((f.clone(), t)),
-            None => issue(
-                format!("{at}.when.{f}"),
-                "must be a string, a number or a boolean".into(),
-            ),
-        }
-    }
+    let when = compile_when(&format!("{at}.when"), &spec.when, &mut issue);
     if spec.entities.is_empty() {
         issue(
             format!("{at}.entities"),
@@ -688,6 +724,25 @@ fn compile_one(
         entities: entities.into_iter().flatten().collect(),
         facts,
     })
+}
+
+/// Field → value conditions as text, each value checked.
+fn compile_when(
+    path: &str,
+    when: &BTreeMap<String, toml::Value>,
+    issue: &mut impl FnMut(String, String),
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (f, v) in when {
+        match when_text(v) {
+            Some(t) => out.push((f.clone(), t)),
+            None => issue(
+                format!("{path}.{f}"),
+                "must be a string, a number or a boolean".into(),
+            ),
+        }
+    }
+    out
 }
 
 fn compile_entity(
@@ -872,6 +927,8 @@ fn compile_fact(
         fact,
         valid_at: f.valid_at.clone(),
         invalid_at: f.invalid_at.clone(),
+        when: compile_when(&format!("{path}.when"), &f.when, issue),
+        unless: compile_when(&format!("{path}.unless"), &f.unless, issue),
     })
 }
 
@@ -948,6 +1005,100 @@ mod tests {
         assert_eq!(by_ssn.as_deref(), Ok("person 7"), "{{nick}} is missing");
         let none = name_of(serde_json::json!({"other": 1}));
         assert!(none.is_err_and(|e| e.contains("the name is empty")));
+    }
+
+    #[test]
+    fn a_fact_made_per_list_item_reads_its_fields_and_conditions_from_the_item_then_the_record() {
+        let spec: crate::spec::PipelineSpec = toml::from_str(
+            r#"
+            [source]
+            url = "file:///tmp/in/"
+            [output]
+            graph = "file:///tmp/g/"
+            [llm]
+            base_url = "http://127.0.0.1:9/v1"
+            model = "none"
+            [ontology]
+            strict = true
+            [[ontology.entity_types]]
+            name = "Person"
+            description = "A person."
+            [[ontology.entity_types]]
+            name = "Team"
+            description = "A team."
+            [[ontology.edge_types]]
+            name = "MEMBER_OF"
+            description = "A person belongs to a team."
+            source_targets = [{ source = "Person", target = "Team" }]
+            [[mapping]]
+            [[mapping.entities]]
+            id = "team"
+            type = "Team"
+            name = "{team}"
+            [[mapping.entities]]
+            id = "member"
+            type = "Person"
+            name = "{name}"
+            each = "members"
+            [[mapping.facts]]
+            relation = "MEMBER_OF"
+            source = "member"
+            target = "team"
+            fact = "{name} is in {team}"
+            valid_at = "since"
+            unless = { role = "lead" }
+            [[mapping.facts]]
+            relation = "MEMBER_OF"
+            source = "member"
+            target = "team"
+            fact = "{name} leads {team}"
+            when = { role = "lead" }
+            "#,
+        )
+        .expect("spec");
+        let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
+        let mappings = Mappings::compile(&spec.mapping, &ontology).expect("compiles");
+        let record = serde_json::json!({
+            "team": "Core", "since": "2020-01-01",
+            "members": [
+                {"name": "Ada", "since": "2022-03-01"},
+                {"name": "Bo"},
+                {"name": "Cy", "role": "lead"}
+            ]
+        });
+        let episode = Episode {
+            episode_id: "e".into(),
+            source_id: None,
+            group_id: "g".into(),
+            document_id: None,
+            source_uri: "file:///tmp/in/r.jsonl#L1".into(),
+            source_description: None,
+            kind: EpisodeKind::Json,
+            content: record.to_string(),
+            reference_time: chrono::Utc::now(),
+            reference_time_source: "field".into(),
+            order: (0, 0),
+        };
+        let (m, record) = mappings.find(&episode).expect("applies");
+        let out = m.apply(&ontology, &episode, &record).expect("maps");
+        let facts: Vec<(String, String)> = out
+            .facts
+            .iter()
+            .map(|f| {
+                let since = f.valid_at.map(|t| t.format("%Y-%m-%d").to_string());
+                (f.fact.clone(), since.unwrap_or_default())
+            })
+            .collect();
+        assert_eq!(
+            facts,
+            vec![
+                ("Ada is in Core".to_string(), "2022-03-01".to_string()),
+                ("Bo is in Core".to_string(), "2020-01-01".to_string()),
+                ("Cy leads Core".to_string(), String::new()),
+            ],
+            "Ada's own `since`; Bo has none and takes the record's; \
+             Cy's role picks the second rule (`when`) and not the first (`unless`)"
+        );
     }
 
     #[test]

@@ -105,4 +105,12 @@ pub struct FactMapSpec {
     /// Field holding when it ended; a missing or null field means it holds.
     #[serde(default)]
     pub invalid_at: Option<String>,
+    /// Field → value: the fact is made only when every field holds that
+    /// value (read from the list item first for a fact made per item,
+    /// then from the record): `{ role = "team lead" }`.
+    #[serde(default)]
+    pub when: BTreeMap<String, toml::Value>,
+    /// Field → value: the fact is not made when any field holds that value.
+    #[serde(default)]
+    pub unless: BTreeMap<String, toml::Value>,
 }

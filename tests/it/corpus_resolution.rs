@@ -34,18 +34,27 @@ struct Corpus {
     pipeline: &'static str,
     data: &'static str,
     gold: &'static str,
+    /// Whether the pipeline's `[[mapping]]` rules read the records, or the
+    /// oracle answers for them like for text. The oncall mappings state
+    /// some relationships in other words than the text does ("implements
+    /// CHG-1187" against "deployed CHG-1187": two ASSIGNED_TO edges, a
+    /// known limit of wording-based duplicate folding for non-functional
+    /// types), which the one-edge-per-gold-fact checks would count.
+    mapped: bool,
 }
 
 const PROCUREMENT: Corpus = Corpus {
     pipeline: "pipelines/procurement.toml",
     data: "pipelines/data/procurement/",
     gold: "pipelines/gold/procurement.json",
+    mapped: true,
 };
 
 const ONCALL: Corpus = Corpus {
     pipeline: "pipelines/oncall.toml",
     data: "pipelines/data/oncall/",
     gold: "pipelines/gold/oncall.json",
+    mapped: false,
 };
 
 /// Whether the oracle's facts carry the gold `invalid_at`.
@@ -387,6 +396,9 @@ async fn run_oracle_with(
     spec.llm.base_url = server.base_url();
     spec.llm.max_concurrency = 8;
     spec.llm.extra_body = Default::default();
+    if !corpus.mapped {
+        spec.mapping.clear();
+    }
     tweak(&mut spec);
     let store = GraphStore::open(
         dir.path().join("graph").to_str().expect("utf-8"),
@@ -596,8 +608,14 @@ async fn embedding_candidates_bring_descriptive_references_to_their_entity() {
              (scripts/test.sh does both), or set GRAPHLOOM_SKIP_LOCAL_LLM=1"
         ),
     };
-    let without = run_oracle(&PROCUREMENT, Ends::Omitted).await;
+    // Descriptive references are what embedding neighbours are for: the
+    // extraction keeps them in both runs.
+    let without = run_oracle_with(&PROCUREMENT, Ends::Omitted, |spec| {
+        spec.extract.reject_descriptions = false;
+    })
+    .await;
     let with = run_oracle_with(&PROCUREMENT, Ends::Omitted, |spec| {
+        spec.extract.reject_descriptions = false;
         spec.resolve.embedding_candidates = true;
         spec.llm.embedding_base_url = Some(base_url);
         spec.llm.embedding_model = Some("nomic-embed".into());
