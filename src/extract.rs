@@ -724,6 +724,12 @@ pub async fn extract_entities(
             rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
             continue;
         }
+        if spec.reject_descriptions && crate::text::common_noun(&name, &episode.content) {
+            rejected.push(reject(format!(
+                "`{name}` is written only in lower case in the episode: a common noun, not a name"
+            )));
+            continue;
+        }
         if type_words.contains(&type_word(&name)) || normalized == normalize_name(ENTITY_LABEL) {
             rejected.push(reject(format!("entity named after a type: `{name}`")));
             continue;
@@ -780,7 +786,138 @@ pub async fn extract_entities(
             attributes,
         });
     }
+    for (i, reason) in misplaced_identity_values(ontology, &episode.content, &mut mentions) {
+        rejected.push(Rejected {
+            stage: Stage::ExtractEntities,
+            episode_id: episode.episode_id.clone(),
+            reason,
+            excerpt: mentions[i].name.clone(),
+        });
+    }
     Ok((mentions, rejected))
+}
+
+/// Whether two names share a word of three or more letters (case
+/// ignored): "D. Whitcombe" and "Dana Whitcombe" do, "Priya Raman" and
+/// "Dana Whitcombe" do not.
+fn shares_a_word(a: &str, b: &str) -> bool {
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= 3)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let theirs = words(b);
+    words(a).iter().any(|w| theirs.contains(w))
+}
+
+/// Takes identity values off the mentions they were not written for: an
+/// e-mail address or a code in `content` belongs to the mention whose
+/// name is written nearest to it ("From: Priya Raman <priya@…> To: Dana
+/// Whitcombe <dana@…>"). A small model copies a neighbour's address
+/// onto an entity, and an identity value shared by two names would merge
+/// two people. A value is kept when one of its occurrences is nearest to
+/// the mention's own name (ties included), when `content` does not write
+/// it standing alone (it came from a context episode, or it is a domain
+/// inside an address), or when the mention's name is not written as
+/// given (nothing to measure from). Returns the mention and
+/// the reason of every value taken off.
+fn misplaced_identity_values(
+    ontology: &Ontology,
+    content: &str,
+    mentions: &mut [Mention],
+) -> Vec<(usize, String)> {
+    let lower = content.to_lowercase();
+    let spots_of = |needle: &str| -> Vec<usize> {
+        if needle.is_empty() {
+            return Vec::new();
+        }
+        lower.match_indices(needle).map(|(at, _)| at).collect()
+    };
+    // Where each mention's name is written: (start, end, mention).
+    let mut names: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, m) in mentions.iter().enumerate() {
+        let name = m.name.to_lowercase();
+        names.extend(
+            spots_of(&name)
+                .into_iter()
+                .map(|at| (at, at + name.len(), i)),
+        );
+    }
+    let gap = |(start, end): (usize, usize), (a, b): (usize, usize)| {
+        // Zero when the two overlap.
+        start.saturating_sub(b).max(a.saturating_sub(end))
+    };
+    let mut taken: Vec<(usize, String, String)> = Vec::new();
+    for i in 0..mentions.len() {
+        if !names.iter().any(|n| n.2 == i) {
+            continue;
+        }
+        let Some(t) = ontology.entity_types.get(mentions[i].type_name()) else {
+            continue;
+        };
+        for property in &t.identity_properties {
+            let Some(Value::String(value)) = mentions[i].attributes.get(property) else {
+                continue;
+            };
+            let needle = value.trim().to_lowercase();
+            // Only where the value stands alone: a domain inside an
+            // e-mail address ("dana@northwind.example") says nothing
+            // about which name it belongs to.
+            let part_of_token =
+                |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "@._-%+/".contains(c));
+            let spots: Vec<usize> = spots_of(&needle)
+                .into_iter()
+                .filter(|&at| {
+                    !part_of_token(lower[..at].chars().next_back())
+                        && !part_of_token(lower[at + needle.len()..].chars().next())
+                })
+                .collect();
+            if spots.is_empty() {
+                continue;
+            }
+            let mut nearest_other: Option<usize> = None;
+            let owned = spots.iter().any(|&at| {
+                let at = (at, at + needle.len());
+                // A name inside the value itself ("Tidewell" in
+                // grace@tidewell.io) does not count as next to it.
+                let around: Vec<(usize, usize)> = names
+                    .iter()
+                    .filter(|n| n.1 <= at.0 || n.0 >= at.1)
+                    .map(|n| (gap(at, (n.0, n.1)), n.2))
+                    .collect();
+                let best = around.iter().map(|a| a.0).min();
+                let mine = around.iter().filter(|a| a.1 == i).map(|a| a.0).min();
+                // A nearest name sharing a word with the mention's own
+                // ("D. Whitcombe", "Dana Whitcombe") may be the same
+                // entity: resolution decides.
+                let kin = around
+                    .iter()
+                    .filter(|a| Some(a.0) == best)
+                    .any(|a| shares_a_word(&mentions[a.1].name, &mentions[i].name));
+                if best.is_none() || (mine.is_some() && mine == best) || kin {
+                    return true;
+                }
+                nearest_other = around.iter().find(|a| Some(a.0) == best).map(|a| a.1);
+                false
+            });
+            if !owned {
+                let other = nearest_other.map_or("another entity", |o| mentions[o].name.as_str());
+                let reason = format!(
+                    "`{property}` = `{value}` is written next to `{other}`, not `{}`; not stored",
+                    mentions[i].name
+                );
+                taken.push((i, property.clone(), reason));
+            }
+        }
+    }
+    taken
+        .into_iter()
+        .map(|(i, property, reason)| {
+            mentions[i].attributes.remove(&property);
+            (i, reason)
+        })
+        .collect()
 }
 
 /// The edge types a fact call may name: every declared type when the
@@ -1322,6 +1459,61 @@ mod tests {
         assert!(of(ENTITY_LABEL)["properties"].get("attributes").is_none());
         for s in shapes {
             assert_eq!(s["required"], json!(["name", "type"]));
+        }
+    }
+
+    #[test]
+    fn an_identity_value_belongs_to_the_name_written_nearest_to_it() {
+        let spec: crate::ontology::OntologySpec = toml::from_str(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            properties = [{ name = "email", type = "text" }, { name = "role", type = "text" }]
+            identity_properties = ["email"]
+            "#,
+        )
+        .expect("ontology spec");
+        let ontology = Ontology::try_from(&spec).expect("valid ontology");
+        let content = "From: Priya Raman <priya@acme.example>\n\
+                       To: Dana Whitcombe <dana@northwind.example>\n\
+                       Cc: Felix <felix@northwind.example>\n\nHi Dana, see below.\n\
+                       Grace Adeyemi <grace.adeyemi@acme.example>, VP at Acme\n\
+                       Signed, D. Whitcombe";
+        let person = |name: &str, email: &str| Mention {
+            episode_id: "e".into(),
+            name: name.into(),
+            chain: vec!["Person".into()],
+            attributes: serde_json::from_value(json!({"email": email, "role": "buyer"}))
+                .expect("map"),
+            context: String::new(),
+        };
+        let mut mentions = vec![
+            // Dana's address copied onto Priya: taken off.
+            person("Priya Raman", "dana@northwind.example"),
+            // Her own: kept.
+            person("Dana Whitcombe", "dana@northwind.example"),
+            // Not written in this episode (a context episode's): kept.
+            person("Felix", "felix@old.example"),
+            // The name as given is not written: nothing to measure, kept.
+            person("Felix Oyelaran", "felix@northwind.example"),
+            // "Acme" inside the address is not a name next to it.
+            person("Grace Adeyemi", "grace.adeyemi@acme.example"),
+            person("Acme", ""),
+            // A domain written only inside addresses is not judged.
+            person("Northwind", "northwind.example"),
+            // Nearest to "Dana Whitcombe", but sharing her surname: may be
+            // her, left to resolution.
+            person("D. Whitcombe", "dana@northwind.example"),
+        ];
+        let taken = misplaced_identity_values(&ontology, content, &mut mentions);
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        assert_eq!(taken[0].0, 0);
+        assert!(taken[0].1.contains("next to `Dana Whitcombe`"), "{taken:?}");
+        assert!(mentions[0].attributes.get("email").is_none());
+        assert_eq!(mentions[0].attributes["role"], "buyer", "other values stay");
+        for m in &mentions[1..] {
+            assert!(m.attributes.get("email").is_some(), "{}", m.name);
         }
     }
 

@@ -250,6 +250,48 @@ const CURRENCIES: [&str; 12] = [
     "$", "€", "£", "¥", "usd", "eur", "gbp", "jpy", "chf", "dollars", "euros", "pounds",
 ];
 
+/// Whether `name` is a common noun phrase rather than a name, as `text`
+/// writes it: every whole-word occurrence of its words in `text` is in
+/// lower case ("hardware", "the account executive", "a purchase order"),
+/// none capitalised, and the name holds no digit or code punctuation
+/// (slugs and codes such as "harbour-gateway" or "po-4417" are
+/// identifiers). A name the text does not write is left to the other
+/// checks. Names styled in lower case ("nginx") are caught too unless the
+/// episode also writes them capitalised: the price of this rule.
+pub fn common_noun(name: &str, text: &str) -> bool {
+    if name
+        .chars()
+        .any(|c| c.is_ascii_digit() || "-_.@/#".contains(c))
+    {
+        return false;
+    }
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let wanted: Vec<String> = words(name).iter().map(|w| w.to_lowercase()).collect();
+    if wanted.is_empty() {
+        return false;
+    }
+    let written = words(text);
+    let mut found = false;
+    for window in written.windows(wanted.len()) {
+        if window
+            .iter()
+            .zip(&wanted)
+            .all(|(w, want)| w.to_lowercase() == *want)
+        {
+            if window.iter().any(|w| w.chars().any(char::is_uppercase)) {
+                return false;
+            }
+            found = true;
+        }
+    }
+    found
+}
+
 /// What a name offered as an entity is instead, when it is a date, an
 /// amount, a quantity or a status: "March 1, 2025", "Q3 2025", "$1,200",
 /// "300 EUR", "40 laptops", "open". Names that merely hold such words
@@ -564,6 +606,24 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_name_the_text_writes_only_in_lower_case_is_a_common_noun() {
+        let text = "Acme resells computer hardware and software. The account executive \
+                    raised a purchase order; see harbour-gateway. Order more? Priya said so.";
+        assert!(common_noun("Hardware", text));
+        assert!(common_noun("Account executive", text));
+        assert!(common_noun("purchase order", text));
+        // Written capitalised somewhere: a name (or at least not provably
+        // a common noun).
+        assert!(!common_noun("Order", text));
+        assert!(!common_noun("Priya", text));
+        assert!(!common_noun("Acme", text));
+        // Identifiers and names the text does not write are left alone.
+        assert!(!common_noun("harbour-gateway", text));
+        assert!(!common_noun("PO-4417", text));
+        assert!(!common_noun("Northwind", text));
+    }
 
     #[test]
     fn case_punctuation_and_spacing_do_not_split_a_name() {

@@ -31,6 +31,11 @@ pub struct ExtractSpec {
     /// facts under each entity's name, offering only the fact types that
     /// entity's type can start) instead of one list of facts.
     pub facts_by_source: bool,
+    /// Whether a name the episode writes only in lower case ("hardware",
+    /// "the master agreement") is rejected as a description rather than a
+    /// name. Turn it off with `resolve.embedding_candidates`, whose
+    /// neighbours can bring such references to their entity.
+    pub reject_descriptions: bool,
 }
 
 impl Default for ExtractSpec {
@@ -46,6 +51,7 @@ impl Default for ExtractSpec {
             max_entities_per_episode: 40,
             fold_edge_subtypes: false,
             facts_by_source: false,
+            reject_descriptions: true,
         }
     }
 }

@@ -922,6 +922,8 @@ const LAPTOP_DEAL: &str = "{\"id\": \"e11\", \"content\": \"The laptop deal clos
 /// (the test server's vectors are hashes of the text, with no meaning).
 fn every_name_a_neighbour(spec: &mut PipelineSpec) {
     spec.resolve.embedding_candidates = true;
+    // Descriptions ("laptop deal") are what the neighbours are for.
+    spec.extract.reject_descriptions = false;
     spec.resolve.embedding_min_similarity = -1.0;
     spec.resolve.embedding_band_bits = Some(1);
 }
@@ -972,8 +974,8 @@ async fn a_name_no_rule_finds_is_adjudicated_against_its_embedding_neighbours() 
     assert_eq!(embedded[0]["n"], 0, "nodes keep their name vectors");
 
     // Without embedding candidates nothing is asked and the deal stays
-    // a node of its own.
-    let f = fixture(|_| {}).await;
+    // a node of its own (descriptions kept, as with the candidates).
+    let f = fixture(|spec| spec.extract.reject_descriptions = false).await;
     let mut text = std::fs::read_to_string(&f.source_file).expect("read");
     text.push_str(LAPTOP_DEAL);
     std::fs::write(&f.source_file, text).expect("write");
