@@ -28,9 +28,9 @@ pub struct FactResolution {
 /// facts give the same edges however the archive was split into runs:
 ///
 /// * a fact that restates an edge valid at its time (same target and
-///   relation type, text equal after normalisation or at least
-///   `duplicate_similarity` alike by 3-shingle Jaccard) folds into it:
-///   episode ids united, earliest `valid_at` kept;
+///   relation type, whatever its wording: the family holds one edge per
+///   source at a time) folds into it: episode ids united, earliest
+///   `valid_at` kept;
 /// * any other fact starts an edge, and one to another target ends every
 ///   edge of the family valid at its time: `invalid_at` = its `valid_at`,
 ///   `expired_at` = `now`. An edge invalidated earlier is not valid any
@@ -74,7 +74,6 @@ pub fn resolve_facts(
         committed,
         folded: &mut folded,
         out: &mut out,
-        similarity: duplicate_similarity,
         now,
         episodes_of: HashMap::new(),
     };
@@ -205,7 +204,6 @@ struct Sweep<'a> {
     /// New edges folded into another edge (dropped at the end).
     folded: &'a mut [bool],
     out: &'a mut FactResolution,
-    similarity: f64,
     now: chrono::DateTime<chrono::Utc>,
     /// The episode ids of each edge something was folded into, as a set:
     /// a fact stated in thousands of episodes must not cost their number
@@ -257,18 +255,14 @@ impl Sweep<'_> {
             .or(e.expired_at.map(|_| e.valid_at.unwrap_or_default()))
     }
 
-    fn text(&self, r: EdgeRef) -> &[u64] {
-        match r {
-            EdgeRef::Committed(i) => &self.committed_text[i],
-            EdgeRef::New(i) => &self.new_text[i],
-        }
-    }
-
+    /// Whether `b` restates the timeline edge `a`: the same target and
+    /// relation type, whatever the wording. A functional family has one
+    /// edge per source at a time, so "works under contract for Tidewell"
+    /// from a record and "Hamid is our IR contractor" from chat, both
+    /// valid then, are one relationship.
     fn restates(&self, a: EdgeRef, b: EdgeRef) -> bool {
         let (x, y) = (self.get(a), self.get(b));
-        x.target_node_id == y.target_node_id
-            && x.relation_type == y.relation_type
-            && alike(self.text(a), self.text(b), self.similarity)
+        x.target_node_id == y.target_node_id && x.relation_type == y.relation_type
     }
 
     /// Walks one (source, family) timeline, sorted by [`Sweep::order_key`],
@@ -586,7 +580,7 @@ mod fact_tests {
     }
 
     #[test]
-    fn non_functional_types_and_same_targets_are_left_alone() {
+    fn non_functional_types_are_left_alone_and_same_targets_fold_whatever_the_wording() {
         let mut committed = vec![edge("c", "acme", Some(2021))];
         let mut new = vec![edge("n", "brightline", Some(2025))];
         let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
@@ -595,7 +589,9 @@ mod fact_tests {
         let mut new = vec![edge("n", "acme", Some(2023))];
         new[0].fact = "Priya still works for acme.".into();
         let r = employment(&mut new, &mut committed, Utc::now());
-        assert_eq!((r.invalidated, r.duplicates), (0, 0));
+        // Another wording of the same employment, while it holds: one
+        // edge, whatever the words.
+        assert_eq!((r.invalidated, r.duplicates), (0, 1));
     }
 
     #[test]
