@@ -879,6 +879,11 @@ fn misplaced_identity_values(
             let mut nearest_other: Option<usize> = None;
             let owned = spots.iter().any(|&at| {
                 let at = (at, at + needle.len());
+                // The value written as the name itself (a ticket named by
+                // its number) is the mention's own.
+                if names.iter().any(|n| n.2 == i && n.0 < at.1 && at.0 < n.1) {
+                    return true;
+                }
                 // A name inside the value itself ("Tidewell" in
                 // grace@tidewell.io) does not count as next to it.
                 let around: Vec<(usize, usize)> = names
@@ -1505,6 +1510,8 @@ mod tests {
             // Nearest to "Dana Whitcombe", but sharing her surname: may be
             // her, left to resolution.
             person("D. Whitcombe", "dana@northwind.example"),
+            // A value written as the name itself is the mention's own.
+            person("priya@acme.example", "priya@acme.example"),
         ];
         let taken = misplaced_identity_values(&ontology, content, &mut mentions);
         assert_eq!(taken.len(), 1, "{taken:?}");
