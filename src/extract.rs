@@ -690,6 +690,7 @@ pub async fn extract_entities(
     let mut seen: HashMap<String, usize> = HashMap::new();
     let type_words = &prompts.type_words;
     let lower = episode.content.to_lowercase();
+    let written: Vec<&str> = crate::text::words(&episode.content).collect();
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
         let name = e
@@ -724,7 +725,7 @@ pub async fn extract_entities(
             rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
             continue;
         }
-        if spec.reject_descriptions && crate::text::common_noun(&name, &episode.content) {
+        if spec.reject_descriptions && crate::text::common_noun(&name, &written) {
             rejected.push(reject(format!(
                 "`{name}` is written only in lower case in the episode: a common noun, not a name"
             )));
@@ -786,7 +787,7 @@ pub async fn extract_entities(
             attributes,
         });
     }
-    for (i, reason) in misplaced_identity_values(ontology, &episode.content, &mut mentions) {
+    for (i, reason) in misplaced_identity_values(ontology, &lower, &mut mentions) {
         rejected.push(Rejected {
             stage: Stage::ExtractEntities,
             episode_id: episode.episode_id.clone(),
@@ -801,33 +802,33 @@ pub async fn extract_entities(
 /// ignored): "D. Whitcombe" and "Dana Whitcombe" do, "Priya Raman" and
 /// "Dana Whitcombe" do not.
 fn shares_a_word(a: &str, b: &str) -> bool {
-    let words = |s: &str| -> Vec<String> {
-        s.split(|c: char| !c.is_alphanumeric())
+    let long = |s: &str| -> Vec<String> {
+        crate::text::words(s)
             .filter(|w| w.chars().count() >= 3)
             .map(str::to_lowercase)
             .collect()
     };
-    let theirs = words(b);
-    words(a).iter().any(|w| theirs.contains(w))
+    let theirs = long(b);
+    long(a).iter().any(|w| theirs.contains(w))
 }
 
 /// Takes identity values off the mentions they were not written for: an
-/// e-mail address or a code in `content` belongs to the mention whose
+/// e-mail address or a code in the episode (`lower`: its content in lower
+/// case) belongs to the mention whose
 /// name is written nearest to it ("From: Priya Raman <priya@…> To: Dana
 /// Whitcombe <dana@…>"). A small model copies a neighbour's address
 /// onto an entity, and an identity value shared by two names would merge
 /// two people. A value is kept when one of its occurrences is nearest to
-/// the mention's own name (ties included), when `content` does not write
+/// the mention's own name (ties included), when the episode does not write
 /// it standing alone (it came from a context episode, or it is a domain
 /// inside an address), or when the mention's name is not written as
 /// given (nothing to measure from). Returns the mention and
 /// the reason of every value taken off.
 fn misplaced_identity_values(
     ontology: &Ontology,
-    content: &str,
+    lower: &str,
     mentions: &mut [Mention],
 ) -> Vec<(usize, String)> {
-    let lower = content.to_lowercase();
     let spots_of = |needle: &str| -> Vec<usize> {
         if needle.is_empty() {
             return Vec::new();
@@ -1373,8 +1374,14 @@ mod tests {
         assert_eq!(relation_type_of("  "), "");
     }
 
+    /// The ontology of an `[ontology]` table's TOML.
+    fn ontology(text: &str) -> Ontology {
+        let spec: crate::ontology::OntologySpec = toml::from_str(text).expect("ontology spec");
+        Ontology::try_from(&spec).expect("valid ontology")
+    }
+
     fn hr() -> Ontology {
-        let spec: crate::ontology::OntologySpec = toml::from_str(
+        ontology(
             r#"
             [[entity_types]]
             name = "Person"
@@ -1401,13 +1408,11 @@ mod tests {
             WORKS_FOR = { CONTRACTS_FOR = {} }
             "#,
         )
-        .expect("ontology spec");
-        Ontology::try_from(&spec).expect("valid ontology")
     }
 
     #[test]
     fn each_entity_type_offers_only_its_own_optional_properties() {
-        let spec: crate::ontology::OntologySpec = toml::from_str(
+        let ontology = ontology(
             r#"
             [[entity_types]]
             name = "Person"
@@ -1424,9 +1429,7 @@ mod tests {
             name = "Team"
             description = "A team."
             "#,
-        )
-        .expect("ontology spec");
-        let ontology = Ontology::try_from(&spec).expect("valid ontology");
+        );
         let schema = entity_schema(&ontology, &ExtractSpec::default());
         let shapes = schema["properties"]["entities"]["items"]["anyOf"]
             .as_array()
@@ -1469,7 +1472,7 @@ mod tests {
 
     #[test]
     fn an_identity_value_belongs_to_the_name_written_nearest_to_it() {
-        let spec: crate::ontology::OntologySpec = toml::from_str(
+        let ontology = ontology(
             r#"
             [[entity_types]]
             name = "Person"
@@ -1477,9 +1480,7 @@ mod tests {
             properties = [{ name = "email", type = "text" }, { name = "role", type = "text" }]
             identity_properties = ["email"]
             "#,
-        )
-        .expect("ontology spec");
-        let ontology = Ontology::try_from(&spec).expect("valid ontology");
+        );
         let content = "From: Priya Raman <priya@acme.example>\n\
                        To: Dana Whitcombe <dana@northwind.example>\n\
                        Cc: Felix <felix@northwind.example>\n\nHi Dana, see below.\n\
@@ -1513,7 +1514,7 @@ mod tests {
             // A value written as the name itself is the mention's own.
             person("priya@acme.example", "priya@acme.example"),
         ];
-        let taken = misplaced_identity_values(&ontology, content, &mut mentions);
+        let taken = misplaced_identity_values(&ontology, &content.to_lowercase(), &mut mentions);
         assert_eq!(taken.len(), 1, "{taken:?}");
         assert_eq!(taken[0].0, 0);
         assert!(taken[0].1.contains("next to `Dana Whitcombe`"), "{taken:?}");

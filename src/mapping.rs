@@ -954,17 +954,40 @@ mod tests {
         assert_eq!(err.field, "vendor");
     }
 
+    /// The ontology and mappings of a spec's `[ontology]` and
+    /// `[[mapping]]` tables (`body`), under a fixed source, output and LLM.
+    fn compiled(body: &str) -> (Ontology, Mappings) {
+        let spec: crate::spec::PipelineSpec = toml::from_str(&format!(
+            "[source]\nurl = \"file:///tmp/in/\"\n[output]\ngraph = \"file:///tmp/g/\"\n\
+             [llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n{body}"
+        ))
+        .expect("spec");
+        let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
+        let mappings = Mappings::compile(&spec.mapping, &ontology).expect("compiles");
+        (ontology, mappings)
+    }
+
+    /// A JSON record as the episode of a `.jsonl` line.
+    fn record_episode(record: &serde_json::Value) -> Episode {
+        Episode {
+            episode_id: "e".into(),
+            source_id: None,
+            group_id: "g".into(),
+            document_id: None,
+            source_uri: "file:///tmp/in/r.jsonl#L1".into(),
+            source_description: None,
+            kind: EpisodeKind::Json,
+            content: record.to_string(),
+            reference_time: chrono::Utc::now(),
+            reference_time_source: "field".into(),
+            order: (0, 0),
+        }
+    }
+
     #[test]
     fn a_name_fallback_names_records_whose_name_fields_are_missing() {
-        let spec: crate::spec::PipelineSpec = toml::from_str(
+        let (ontology, mappings) = compiled(
             r#"
-            [source]
-            url = "file:///tmp/in/"
-            [output]
-            graph = "file:///tmp/g/"
-            [llm]
-            base_url = "http://127.0.0.1:9/v1"
-            model = "none"
             [ontology]
             strict = true
             [[ontology.entity_types]]
@@ -977,24 +1000,9 @@ mod tests {
             name = "{given?} {surname?}"
             name_fallback = ["{nick}", "person {ssn}"]
             "#,
-        )
-        .expect("spec");
-        let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
-        let mappings = Mappings::compile(&spec.mapping, &ontology).expect("compiles");
+        );
         let name_of = |record: serde_json::Value| {
-            let episode = Episode {
-                episode_id: "e".into(),
-                source_id: None,
-                group_id: "g".into(),
-                document_id: None,
-                source_uri: "file:///tmp/in/r.jsonl#L1".into(),
-                source_description: None,
-                kind: EpisodeKind::Json,
-                content: record.to_string(),
-                reference_time: chrono::Utc::now(),
-                reference_time_source: "field".into(),
-                order: (0, 0),
-            };
+            let episode = record_episode(&record);
             let (m, record) = mappings.find(&episode).expect("applies");
             m.apply(&ontology, &episode, &record)
                 .map(|out| out.mentions[0].name.clone())
@@ -1009,15 +1017,8 @@ mod tests {
 
     #[test]
     fn a_fact_made_per_list_item_reads_its_fields_and_conditions_from_the_item_then_the_record() {
-        let spec: crate::spec::PipelineSpec = toml::from_str(
+        let (ontology, mappings) = compiled(
             r#"
-            [source]
-            url = "file:///tmp/in/"
-            [output]
-            graph = "file:///tmp/g/"
-            [llm]
-            base_url = "http://127.0.0.1:9/v1"
-            model = "none"
             [ontology]
             strict = true
             [[ontology.entity_types]]
@@ -1054,10 +1055,7 @@ mod tests {
             fact = "{name} leads {team}"
             when = { role = "lead" }
             "#,
-        )
-        .expect("spec");
-        let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
-        let mappings = Mappings::compile(&spec.mapping, &ontology).expect("compiles");
+        );
         let record = serde_json::json!({
             "team": "Core", "since": "2020-01-01",
             "members": [
@@ -1066,19 +1064,7 @@ mod tests {
                 {"name": "Cy", "role": "lead"}
             ]
         });
-        let episode = Episode {
-            episode_id: "e".into(),
-            source_id: None,
-            group_id: "g".into(),
-            document_id: None,
-            source_uri: "file:///tmp/in/r.jsonl#L1".into(),
-            source_description: None,
-            kind: EpisodeKind::Json,
-            content: record.to_string(),
-            reference_time: chrono::Utc::now(),
-            reference_time_source: "field".into(),
-            order: (0, 0),
-        };
+        let episode = record_episode(&record);
         let (m, record) = mappings.find(&episode).expect("applies");
         let out = m.apply(&ontology, &episode, &record).expect("maps");
         let facts: Vec<(String, String)> = out

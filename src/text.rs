@@ -250,32 +250,26 @@ const CURRENCIES: [&str; 12] = [
     "$", "€", "£", "¥", "usd", "eur", "gbp", "jpy", "chf", "dollars", "euros", "pounds",
 ];
 
-/// Whether `name` is a common noun phrase rather than a name, as `text`
-/// writes it: every whole-word occurrence of its words in `text` is in
+/// Whether `name` is a common noun phrase rather than a name, as a text
+/// whose [`words`] are `written` writes it: every whole-word occurrence of
+/// its words there is in
 /// lower case ("hardware", "the account executive", "a purchase order"),
 /// none capitalised, and the name holds no digit or code punctuation
 /// (slugs and codes such as "harbour-gateway" or "po-4417" are
 /// identifiers). A name the text does not write is left to the other
 /// checks. Names styled in lower case ("nginx") are caught too unless the
 /// episode also writes them capitalised: the price of this rule.
-pub fn common_noun(name: &str, text: &str) -> bool {
+pub fn common_noun(name: &str, written: &[&str]) -> bool {
     if name
         .chars()
         .any(|c| c.is_ascii_digit() || "-_.@/#".contains(c))
     {
         return false;
     }
-    let words = |s: &str| -> Vec<String> {
-        s.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    let wanted: Vec<String> = words(name).iter().map(|w| w.to_lowercase()).collect();
+    let wanted: Vec<String> = words(name).map(str::to_lowercase).collect();
     if wanted.is_empty() {
         return false;
     }
-    let written = words(text);
     let mut found = false;
     for window in written.windows(wanted.len()) {
         if window
@@ -290,6 +284,12 @@ pub fn common_noun(name: &str, text: &str) -> bool {
         }
     }
     found
+}
+
+/// The words of `text`: its runs of letters and digits, as written.
+pub fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
 }
 
 /// What a name offered as an entity is instead, when it is a date, an
@@ -463,11 +463,7 @@ const END_PHRASES: [&str; 16] = [
 /// employed by", "has left", "the contract was cancelled"), by whole
 /// words. A future end ("until next year") is not an end yet.
 pub fn states_an_end(fact: &str) -> bool {
-    let words: Vec<String> = fact
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let words: Vec<String> = words(fact).map(str::to_lowercase).collect();
     END_PHRASES.iter().any(|p| {
         let phrase: Vec<&str> = p.split(' ').collect();
         words
@@ -609,8 +605,12 @@ mod tests {
 
     #[test]
     fn a_name_the_text_writes_only_in_lower_case_is_a_common_noun() {
-        let text = "Acme resells computer hardware and software. The account executive \
-                    raised a purchase order; see harbour-gateway. Order more? Priya said so.";
+        let text: Vec<&str> = words(
+            "Acme resells computer hardware and software. The account executive \
+             raised a purchase order; see harbour-gateway. Order more? Priya said so.",
+        )
+        .collect();
+        let text = text.as_slice();
         assert!(common_noun("Hardware", text));
         assert!(common_noun("Account executive", text));
         assert!(common_noun("purchase order", text));
