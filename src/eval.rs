@@ -222,7 +222,8 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
         .filter_map(|e| e.source_id.as_deref())
         .collect();
     let in_scope = |eps: &[String]| eps.iter().any(|e| processed.contains(e.as_str()));
-    let nodes: Vec<&NodeRow> = nodes.iter().filter(|n| n.origin == "extract").collect();
+    // Nodes the run made (from text or records), not those `graphloom add` loaded.
+    let nodes: Vec<&NodeRow> = nodes.iter().filter(|n| n.origin != "add").collect();
 
     // Every surface form of an in-scope gold entity → its index.
     let mut forms: HashMap<String, usize> = HashMap::new();

@@ -44,6 +44,10 @@ pub struct Mention {
     pub attributes: Map<String, Value>,
     /// The part of the episode around the name, for classification.
     pub context: String,
+    /// Made by a `[[mapping]]` from a record, not read from text by the
+    /// model: its type is the record's, and text mentions of the same name
+    /// take it (`resolve.record_types_win`).
+    pub mapped: bool,
 }
 
 impl Mention {
@@ -785,6 +789,7 @@ pub async fn extract_entities(
             name,
             chain,
             attributes,
+            mapped: false,
         });
     }
     for (i, reason) in misplaced_identity_values(ontology, &lower, &mut mentions) {
@@ -1193,7 +1198,7 @@ pub const GENERIC_RELATION: &str = "RELATES_TO";
 /// else the fact is kept as [`GENERIC_RELATION`], so that no fact is lost
 /// to a server that ignores the reply schema. `None` only when the
 /// ontology declares the generic type itself and it does not fit either.
-fn fitting_relation(
+pub fn fitting_relation(
     ontology: &Ontology,
     relation: &str,
     source: &str,
@@ -1493,6 +1498,7 @@ mod tests {
             attributes: serde_json::from_value(json!({"email": email, "role": "buyer"}))
                 .expect("map"),
             context: String::new(),
+            mapped: false,
         };
         let mut mentions = vec![
             // Dana's address copied onto Priya: taken off.
@@ -1561,6 +1567,7 @@ mod tests {
             chain: vec![kind.into()],
             attributes: Map::new(),
             context: String::new(),
+            mapped: false,
         }
     }
 

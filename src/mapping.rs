@@ -524,6 +524,7 @@ impl Mapping {
             chain,
             attributes,
             context: context.to_string(),
+            mapped: true,
         });
         Ok(Some(out.mentions.len() - 1))
     }

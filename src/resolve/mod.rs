@@ -8,6 +8,8 @@
 //!   over random-hyperplane signatures) for references no name rule finds;
 //! * [`linkage`] matches types with `[[resolve.linkage]]` rules by
 //!   blocking keys and weighted field comparisons;
+//! * [`record_types`] gives text mentions of a record's entity the
+//!   record's type, so a small model's other guess does not split it;
 //! * [`judge`] asks the LLM, in batches, about what the rules leave open
 //!   (ambiguous entities, contradicting facts);
 //! * [`facts`] folds duplicate facts and invalidates contradicted ones;
@@ -23,6 +25,7 @@ pub mod facts;
 pub mod judge;
 pub mod linkage;
 pub mod probabilistic;
+pub mod record_types;
 pub mod stage;
 
 pub use facts::{FactResolution, resolve_facts};

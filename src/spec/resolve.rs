@@ -63,6 +63,11 @@ pub struct ResolveSpec {
     /// multi-word name starting with that word ("Sarah Brown"); with two
     /// or more such names it is ambiguous.
     pub partial_names: bool,
+    /// A text mention whose name is exactly a record's entity's name (a
+    /// mapped mention or a committed node of origin `map`, same group,
+    /// names folded) but of an incompatible type takes the record's type,
+    /// so it merges with it: a record is the user's own word on the type.
+    pub record_types_win: bool,
     /// Ask the LLM about ambiguous entities (several candidates, grey-band
     /// scores). Off: they stay separate.
     pub adjudicate: bool,
@@ -398,6 +403,7 @@ impl Default for ResolveSpec {
             lsh_rows: 6,
             lsh_max_bucket: 64,
             partial_names: true,
+            record_types_win: true,
             adjudicate: true,
             adjudication_batch_size: 10,
             max_candidates: 4,

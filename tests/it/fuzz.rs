@@ -3031,6 +3031,7 @@ fn fuzz_classification_replies_with_any_ids_keep_chains_valid() {
                 },
                 attributes: Default::default(),
                 context: format!("PO-{i} was signed."),
+                mapped: false,
             })
             .collect();
         let walked = rt.block_on(async {

@@ -70,6 +70,8 @@ fn responder(req: &ChatRequestView) -> Reply {
 }
 
 struct Fixture {
+    /// The source directory (files may be added between runs).
+    source: std::path::PathBuf,
     _dir: tempfile::TempDir,
     server: TestServer,
     spec: PipelineSpec,
@@ -77,12 +79,19 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(&[("erp.jsonl", ERP), ("chat.jsonl", CHAT)], responder).await
+}
+
+/// The example pipeline over `files` (name, content) in a fresh source
+/// directory, its model answered by `answer`.
+async fn fixture_with(files: &[(&str, &str)], answer: fn(&ChatRequestView) -> Reply) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let source = dir.path().join("episodes");
     std::fs::create_dir_all(&source).expect("mkdir");
-    std::fs::write(source.join("erp.jsonl"), ERP).expect("write erp");
-    std::fs::write(source.join("chat.jsonl"), CHAT).expect("write chat");
-    let server = TestServer::start(Behavior::with_responder(responder))
+    for (name, content) in files {
+        std::fs::write(source.join(name), content).expect("write source file");
+    }
+    let server = TestServer::start(Behavior::with_responder(answer))
         .await
         .expect("server");
     // The example pipeline's own mappings: this protects what ships.
@@ -102,6 +111,7 @@ async fn fixture() -> Fixture {
     )
     .expect("open");
     Fixture {
+        source,
         _dir: dir,
         server,
         spec,
@@ -410,4 +420,98 @@ name = "{{company}}"
         json!({"nodes": N, "labels": 2 * N, "min_episodes": 2}),
         "one node per company, its two labels once, both runs' records"
     );
+}
+
+/// The model's answers where it types record entities otherwise: Acme
+/// Corp (a mapped Company) as a Person that signed PO-1, and Northwind (a
+/// mapped Company, committed by an earlier run) as a Person.
+fn mistyping_responder(req: &ChatRequestView) -> Reply {
+    let user = req.last("user").unwrap_or_default();
+    let system = req.last("system").unwrap_or_default();
+    let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
+    if user.contains("TASK: list the named entities") {
+        let list = if current.contains("signed PO-1") {
+            json!([{"name": "Acme Corp", "type": "Person", "attributes": []},
+                   {"name": "PO-1", "type": "Contract", "attributes": []}])
+        } else {
+            json!([{"name": "Northwind", "type": "Person", "attributes": []}])
+        };
+        Reply::json(&json!({ "entities": list }))
+    } else if user.contains("TASK: state every fact") {
+        Reply::json(&json!({ "facts": [{"source": "Acme Corp", "target": "PO-1",
+            "relation_type": "SIGNED", "fact": "Acme Corp signed PO-1.", "valid_at": null, "invalid_at": null}] }))
+    } else if system.contains("already classified as") {
+        let items: Vec<Value> = user
+            .split("\n[")
+            .filter_map(|b| b.trim_start_matches('[').split_once(']'))
+            .map(|(id, _)| json!({"id": id.parse::<u64>().unwrap_or(0), "subtype": "none", "attributes": []}))
+            .collect();
+        Reply::json(&json!({ "items": items }))
+    } else {
+        Reply::error(400, "unexpected prompt", "invalid_request_error", None)
+    }
+}
+
+/// Runs the example pipeline over one ERP record and a chat message, then
+/// over a second chat message; returns the nodes named Acme Corp and
+/// Northwind (name, type, origin) and the relation types of the edges
+/// from Acme Corp to PO-1.
+async fn mistyped_names(records_win: bool) -> (Vec<Value>, Vec<Value>) {
+    let chat = r#"{"id": "c1", "kind": "message", "reference_time": "2025-03-02T10:00:00Z", "content": "Acme Corp signed PO-1 yesterday."}"#;
+    let erp = ERP.lines().next().expect("r1");
+    let mut f = fixture_with(
+        &[("erp.jsonl", erp), ("chat.jsonl", chat)],
+        mistyping_responder,
+    )
+    .await;
+    f.spec.resolve.record_types_win = records_win;
+    assert_eq!(run(&f).await.episodes_added, 2);
+    // A later run: Northwind is now a committed node a record made.
+    std::fs::write(
+        f.source.join("chat2.jsonl"),
+        r#"{"id": "c2", "kind": "message", "reference_time": "2025-03-03T10:00:00Z", "content": "Northwind approved the delivery date."}"#,
+    )
+    .expect("chat2");
+    assert_eq!(run(&f).await.episodes_added, 1);
+    let nodes = query(
+        &f.store,
+        "SELECT name, type, origin FROM nodes \
+         WHERE name_normalized IN ('acme corp', 'northwind') ORDER BY name, type",
+    )
+    .await;
+    let edges = query(
+        &f.store,
+        "SELECT e.relation_type FROM edges e JOIN nodes s ON s.node_id = e.source_node_id \
+         JOIN nodes t ON t.node_id = e.target_node_id \
+         WHERE s.name = 'Acme Corp' AND t.name = 'PO-1' AND e.origin = 'extract'",
+    )
+    .await;
+    (nodes, edges)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_text_mention_typed_otherwise_takes_the_type_its_record_gives_and_merges_with_it() {
+    let (nodes, edges) = mistyped_names(true).await;
+    // Acme Corp (mapped in the same run) and Northwind (committed by the
+    // first run) stay one Company node each, marked as made by a record.
+    assert_eq!(
+        nodes,
+        vec![
+            json!({"name": "Acme Corp", "type": "Company", "origin": "map"}),
+            json!({"name": "Northwind", "type": "Company", "origin": "map"}),
+        ]
+    );
+    // SIGNED needs a Person: the fact is kept under the type that fits a
+    // Company → PurchaseOrder pair as extraction would choose it.
+    assert_eq!(edges, vec![json!({"relation_type": "RELATES_TO"})]);
+
+    // Off, the model's Person stands beside the record's Company.
+    let (nodes, edges) = mistyped_names(false).await;
+    let types: Vec<&str> = nodes.iter().filter_map(|n| n["type"].as_str()).collect();
+    assert_eq!(
+        types,
+        vec!["Company", "Person", "Company", "Person"],
+        "{nodes:?}"
+    );
+    assert_eq!(edges, vec![json!({"relation_type": "SIGNED"})]);
 }
