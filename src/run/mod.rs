@@ -195,6 +195,9 @@ pub struct RunReport {
     pub completion_tokens: u64,
     /// Cost when prices are set.
     pub cost_usd: Option<f64>,
+    /// What each LLM endpoint did, in the order of `llm.endpoints`; empty
+    /// with a single endpoint.
+    pub endpoints: Vec<EndpointReport>,
     /// The plan (dry run).
     pub plan: Vec<StagePlan>,
     /// Dry run: the rounds batch mode would make at most.
@@ -212,6 +215,29 @@ pub struct RunReport {
     pub timings: Timings,
 }
 
+/// What one of several LLM endpoints did in a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointReport {
+    /// Its base URL without credentials, query or fragment (as in
+    /// `llm_calls.endpoint`).
+    pub endpoint: String,
+    /// Calls whose last attempt went there.
+    pub calls: usize,
+    /// Of those, calls that failed.
+    pub failed_calls: usize,
+    /// Tokens of those calls.
+    pub prompt_tokens: u64,
+    /// Completion tokens of those calls.
+    pub completion_tokens: u64,
+    /// HTTP attempts sent there (a call retried elsewhere counts where
+    /// each attempt went).
+    pub attempts: u64,
+    /// Attempts that failed there (no reply, timeout, 5xx, 429).
+    pub failed_attempts: u64,
+    /// Times it was rested after failing repeatedly.
+    pub rests: u64,
+}
+
 impl RunReport {
     /// Seconds spent in `stage` (0 when it did not run).
     pub fn stage(&self, stage: Stage) -> f64 {
@@ -223,6 +249,37 @@ impl RunReport {
         let calls: usize = self.calls_by_stage.values().sum();
         calls as f64 / self.episodes_planned.max(1) as f64
     }
+}
+
+/// Per endpoint: the client's attempt counts and the calls of `rows` that
+/// ended there (none with a single endpoint).
+fn endpoint_reports(client: &LlmClient, rows: &[crate::rows::LlmCallRow]) -> Vec<EndpointReport> {
+    let stats = client.endpoint_stats();
+    if stats.len() < 2 {
+        return Vec::new();
+    }
+    stats
+        .into_iter()
+        .map(|s| {
+            let mut r = EndpointReport {
+                attempts: s.attempts,
+                failed_attempts: s.failed_attempts,
+                rests: s.rests,
+                ..EndpointReport::default()
+            };
+            for row in rows
+                .iter()
+                .filter(|row| row.endpoint.as_deref() == Some(s.endpoint.as_str()))
+            {
+                r.calls += 1;
+                r.failed_calls += usize::from(row.status != "ok");
+                r.prompt_tokens += row.prompt_tokens.max(0) as u64;
+                r.completion_tokens += row.completion_tokens.max(0) as u64;
+            }
+            r.endpoint = s.endpoint;
+            r
+        })
+        .collect()
 }
 
 /// What the stages of one run read.
@@ -522,6 +579,7 @@ impl RunReport {
         self.prompt_tokens = totals.prompt_tokens;
         self.completion_tokens = totals.completion_tokens;
         self.cost_usd = totals.cost_usd;
+        self.endpoints = endpoint_reports(client, &changes.llm_calls);
         self.episodes_added = changes.episodes.len();
         for f in &changes.failures {
             *self.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
