@@ -601,3 +601,73 @@ impl RunReport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::LlmCallRow;
+    use crate::spec::{EndpointSpec, LlmSpec};
+
+    fn row(endpoint: Option<&str>, status: &str, tokens: i64) -> LlmCallRow {
+        LlmCallRow {
+            call_id: uuid::Uuid::now_v7().to_string(),
+            run_id: "run".into(),
+            stage: "extract_entities".into(),
+            model: "m".into(),
+            item: None,
+            prompt_tokens: tokens,
+            completion_tokens: 1,
+            latency_ms: 0,
+            wait_ms: 0,
+            attempts: 1,
+            cache_hit: endpoint.is_none(),
+            status: status.into(),
+            error: None,
+            created_at: Utc::now(),
+            endpoint: endpoint.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_report_counts_calls_failures_and_tokens_per_endpoint() {
+        let endpoint = |url: &str| EndpointSpec {
+            base_url: url.into(),
+            max_concurrency: None,
+            weight: 1,
+        };
+        let spec = LlmSpec {
+            endpoints: vec![
+                endpoint("http://user:pw@10.0.0.1:8000/v1?key=k"),
+                endpoint("http://10.0.0.2:8000/v1/"),
+            ],
+            ..LlmSpec::default()
+        };
+        let client = LlmClient::with_key(&spec, None, None, "run").expect("client");
+        let (a, b) = ("http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1");
+        let rows = [
+            row(Some(a), "ok", 10),
+            row(Some(a), "error", 0),
+            row(Some(b), "ok", 7),
+            row(None, "ok", 3),
+        ];
+        let got: Vec<(String, usize, usize, u64, u64)> = endpoint_reports(&client, &rows)
+            .into_iter()
+            .map(|r| {
+                (
+                    r.endpoint,
+                    r.calls,
+                    r.failed_calls,
+                    r.prompt_tokens,
+                    r.completion_tokens,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [(a.to_string(), 2, 1, 10, 2), (b.to_string(), 1, 0, 7, 1)]
+        );
+        // One endpoint: no per-endpoint lines.
+        let single = LlmClient::with_key(&LlmSpec::default(), None, None, "run").expect("client");
+        assert!(endpoint_reports(&single, &rows).is_empty());
+    }
+}
