@@ -983,6 +983,22 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         r.completion_tokens,
         r.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
     );
+    if !r.endpoints.is_empty() {
+        out!("llm endpoints:");
+        for e in &r.endpoints {
+            out!(
+                "  {}: {} calls ({} failed), {} prompt + {} completion tokens; {} attempts ({} failed), rested {} times",
+                e.endpoint,
+                e.calls,
+                e.failed_calls,
+                e.prompt_tokens,
+                e.completion_tokens,
+                e.attempts,
+                e.failed_attempts,
+                e.rests
+            );
+        }
+    }
     let failures: usize = r.failures_by_stage.values().sum();
     if failures > 0 {
         let by: Vec<String> = r

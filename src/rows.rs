@@ -217,6 +217,12 @@ pub struct LlmCallRow {
     pub status: String,
     pub error: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// The endpoint of the call's last attempt: its base URL without
+    /// credentials, query or fragment. None for cache hits, Batch API
+    /// answers, calls that sent nothing, and rows of graphs written before
+    /// the column existed.
+    #[serde(default)]
+    pub endpoint: Option<String>,
 }
 
 /// A row of `failures`.

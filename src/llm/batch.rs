@@ -267,6 +267,8 @@ impl BatchRecord {
                     status: if answered.is_some() { "ok" } else { "error" }.to_string(),
                     error: failed.map(|why| format!("batch: {why}")),
                     created_at: ended,
+                    // The Batch API is one service, not a pool's server.
+                    endpoint: None,
                 })
             })
             .collect()
@@ -437,7 +439,9 @@ impl BatchApi {
             key,
             base: batch_base(&llm.base_url, llm.api_style),
             embedding_base: batch_base(
-                llm.embedding_base_url.as_deref().unwrap_or(&llm.base_url),
+                llm.embedding_base_url
+                    .as_deref()
+                    .unwrap_or(llm.primary_base_url()),
                 llm.api_style,
             ),
             style: llm.api_style,

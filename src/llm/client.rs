@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::batch::{BatchQueue, Endpoint, QueuedRequest};
 use super::cache::{CachedReply, ResponseCache, cache_key};
+use super::endpoints::{self, EndpointStats, Pool, Slot};
 use super::limiter::{BudgetConfig, LimitError, Limiter};
 use super::reply;
 use super::retry::{RetryPolicy, Verdict, classify, parse_retry_after};
@@ -302,8 +303,9 @@ pub fn estimate_tokens(messages: &[Message]) -> u64 {
 
 #[derive(Debug)]
 struct Settings {
-    base_url: String,
     embedding_base_url: String,
+    /// `embedding_base_url` as `llm_calls.endpoint` shows it.
+    embedding_label: String,
     model: String,
     embedding_model: String,
     api_style: ApiStyle,
@@ -326,6 +328,8 @@ pub struct LlmClient {
     key: Option<ApiKey>,
     limiter: Limiter,
     in_flight: Semaphore,
+    /// The chat endpoints (`llm.endpoints`, or `llm.base_url` alone).
+    pool: Pool,
     cache: Option<ResponseCache>,
     /// Structured-output level in use; only ever moves down.
     mode: AtomicU8,
@@ -348,6 +352,7 @@ impl std::fmt::Debug for LlmClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmClient")
             .field("settings", &self.settings)
+            .field("endpoints", &self.pool)
             .field("key", &self.key)
             .field("cache", &self.cache)
             .finish_non_exhaustive()
@@ -399,13 +404,24 @@ struct ExchangeError {
     spent: Spent,
 }
 
-/// What a call spent: HTTP attempts, time in exchanges, and time waiting
-/// for the budget, a free slot or a backoff (its `llm_calls` columns).
+/// What a call spent: HTTP attempts, time in exchanges, time waiting
+/// for the budget, a free slot or a backoff, and the endpoint of its last
+/// attempt (its `llm_calls` columns).
 #[derive(Debug, Clone, Copy, Default)]
 struct Spent {
     attempts: u32,
     http_time: Duration,
     wait_time: Duration,
+    endpoint: Option<Served>,
+}
+
+/// Where an attempt went.
+#[derive(Debug, Clone, Copy)]
+enum Served {
+    /// A chat endpoint of the pool, by index.
+    Pool(usize),
+    /// `llm.embedding_base_url`.
+    Embeddings,
 }
 
 impl std::ops::AddAssign for Spent {
@@ -413,6 +429,7 @@ impl std::ops::AddAssign for Spent {
         self.attempts += other.attempts;
         self.http_time += other.http_time;
         self.wait_time += other.wait_time;
+        self.endpoint = other.endpoint.or(self.endpoint);
     }
 }
 
@@ -458,13 +475,17 @@ impl LlmClient {
         Ok(LlmClient {
             http,
             settings: Settings {
-                base_url: spec.base_url.trim_end_matches('/').to_string(),
                 embedding_base_url: spec
                     .embedding_base_url
                     .as_deref()
-                    .unwrap_or(&spec.base_url)
+                    .unwrap_or(spec.primary_base_url())
                     .trim_end_matches('/')
                     .to_string(),
+                embedding_label: endpoints::label(
+                    spec.embedding_base_url
+                        .as_deref()
+                        .unwrap_or(spec.primary_base_url()),
+                ),
                 model: spec.model.clone(),
                 embedding_model: spec
                     .embedding_model
@@ -487,6 +508,7 @@ impl LlmClient {
             key,
             limiter,
             in_flight: Semaphore::new(spec.max_concurrency.max(1) as usize),
+            pool: Pool::new(spec),
             cache,
             mode: AtomicU8::new(mode_level(spec.structured_output)),
             run_id: run_id.to_string(),
@@ -528,12 +550,13 @@ impl LlmClient {
         &self.settings.model
     }
 
-    fn url(&self, endpoint: &str) -> String {
-        let base = if endpoint == "embeddings" {
-            &self.settings.embedding_base_url
-        } else {
-            &self.settings.base_url
-        };
+    /// What each chat endpoint did so far (attempts, failed attempts,
+    /// rests), in the order of `llm.endpoints`.
+    pub fn endpoint_stats(&self) -> Vec<EndpointStats> {
+        self.pool.stats()
+    }
+
+    fn url(&self, base: &str, endpoint: &str) -> String {
         match (self.settings.api_style, &self.settings.azure_api_version) {
             (ApiStyle::Azure, Some(v)) => format!("{base}/{endpoint}?api-version={v}"),
             _ => format!("{base}/{endpoint}"),
@@ -567,35 +590,84 @@ impl LlmClient {
     ) -> Result<Exchange, ExchangeError> {
         let mut spent = Spent::default();
         let mut last = String::new();
-        let url = self.url(endpoint);
         let body_bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
         let max_attempts = self.settings.retry.max_attempts;
+        // Embeddings go to their one server; chat attempts to the pool.
+        let pooled = endpoint != "embeddings";
+        // The endpoint the last attempt failed on, for the next to avoid.
+        let mut avoid = None;
         while spent.attempts < max_attempts {
             spent.attempts += 1;
             let attempts = spent.attempts;
             let waited = Instant::now();
-            let admitted = match self.in_flight.acquire().await {
-                Ok(permit) => self
-                    .limiter
-                    .acquire(est_tokens)
-                    .await
-                    .map(|r| (permit, r))
-                    .map_err(LlmError::from),
-                Err(_) => Err(LlmError::Setup("client closed".into())),
+            let Ok(permit) = self.in_flight.acquire().await else {
+                let error = LlmError::Setup("client closed".into());
+                return Err(ExchangeError { error, spent });
             };
-            let (permit, reservation) = match admitted {
-                Ok(a) => a,
-                Err(error) => return Err(ExchangeError { error, spent }),
+            // The endpoint is chosen before the budget is reserved, so that
+            // waiting for a rested fleet does not hold budget back from
+            // nobody; and after the global slot, so that the choice sees
+            // the load of the moment the attempt goes.
+            let slot = if pooled {
+                match self.pool.acquire(avoid, max_attempts).await {
+                    Ok(slot) => Some(slot),
+                    Err(resting) => {
+                        spent.attempts -= 1;
+                        spent.wait_time += waited.elapsed();
+                        let error = LlmError::Exhausted {
+                            stage,
+                            attempts: spent.attempts,
+                            last: format!(
+                                "{}every endpoint is resting after repeated failures{}",
+                                if last.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!("{last}; ")
+                                },
+                                resting
+                                    .next
+                                    .map(|d| format!(" (the first back in {}s)", d.as_secs()))
+                                    .unwrap_or_default()
+                            ),
+                        };
+                        return Err(ExchangeError { error, spent });
+                    }
+                }
+            } else {
+                None
+            };
+            let reservation = match self.limiter.acquire(est_tokens).await {
+                Ok(r) => r,
+                Err(error) => {
+                    let error = LlmError::from(error);
+                    return Err(ExchangeError { error, spent });
+                }
             };
             spent.wait_time += waited.elapsed();
+            let (url, served) = match &slot {
+                Some(slot) => (
+                    self.url(slot.base_url(), endpoint),
+                    Served::Pool(slot.index()),
+                ),
+                None => (
+                    self.url(&self.settings.embedding_base_url, endpoint),
+                    Served::Embeddings,
+                ),
+            };
+            spent.endpoint = Some(served);
             let started = Instant::now();
             let outcome = self.send_once(&url, body).await;
             spent.http_time += started.elapsed();
             drop(permit);
-            let retry_after = match self
+            let verdict = self
                 .judge(stage, outcome, &reservation, body_bytes, level)
-                .await
-            {
+                .await;
+            // A refusal is an answer too: the server is up.
+            let failed_on = slot.as_ref().map(Slot::index);
+            if let Some(slot) = slot {
+                slot.finish(!matches!(verdict, Attempt::Retry(..)));
+            }
+            let retry_after = match verdict {
                 Attempt::Done(body, token_bound) => {
                     return Ok(Exchange {
                         body,
@@ -612,12 +684,27 @@ impl LlmClient {
                 }
                 Attempt::Fatal(error) => return Err(ExchangeError { error, spent }),
                 Attempt::Retry(why, retry_after) => {
-                    last = why;
+                    last = match failed_on.filter(|_| self.pool.len() > 1) {
+                        Some(i) => format!("{why} (at {})", self.pool.label(i)),
+                        None => why,
+                    };
                     retry_after
                 }
             };
             if attempts >= max_attempts {
                 break;
+            }
+            if let Some(failed) = failed_on {
+                avoid = Some(failed);
+                // Another endpoint that answers takes the next attempt at
+                // once: the backoff and any Retry-After were about the
+                // server that failed.
+                if self.pool.healthy_other_than(failed) {
+                    tracing::debug!(
+                        "{stage}: attempt {attempts} failed ({last}); retrying on another endpoint"
+                    );
+                    continue;
+                }
             }
             let wait = match retry_after {
                 Some(w) if w > super::retry::MAX_RETRY_AFTER => {
@@ -872,6 +959,10 @@ impl LlmClient {
             },
             error: error.map(|e| format!("{}: {}", e.class(), self.redact(&e.to_string()))),
             created_at: Utc::now(),
+            endpoint: spent.endpoint.map(|served| match served {
+                Served::Pool(i) => self.pool.label(i),
+                Served::Embeddings => self.settings.embedding_label.clone(),
+            }),
         }
     }
 

@@ -2,6 +2,7 @@
 //! token budget, retries, a response cache and per-call accounting.
 //!
 //! * [`client`]: chat completions with structured output and embeddings;
+//! * [`endpoints`]: several servers of one model behind the one budget;
 //! * [`limiter`]: the requests-per-minute and tokens-per-minute budget;
 //! * [`retry`]: which failures are retried and how long to wait;
 //! * [`reply`]: schemas sent with calls and the clean-up of replies;
@@ -13,6 +14,7 @@
 pub mod batch;
 pub mod cache;
 pub mod client;
+pub mod endpoints;
 pub mod limiter;
 pub mod plan;
 pub mod reply;

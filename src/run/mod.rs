@@ -195,6 +195,9 @@ pub struct RunReport {
     pub completion_tokens: u64,
     /// Cost when prices are set.
     pub cost_usd: Option<f64>,
+    /// What each LLM endpoint did, in the order of `llm.endpoints`; empty
+    /// with a single endpoint.
+    pub endpoints: Vec<EndpointReport>,
     /// The plan (dry run).
     pub plan: Vec<StagePlan>,
     /// Dry run: the rounds batch mode would make at most.
@@ -212,6 +215,29 @@ pub struct RunReport {
     pub timings: Timings,
 }
 
+/// What one of several LLM endpoints did in a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointReport {
+    /// Its base URL without credentials, query or fragment (as in
+    /// `llm_calls.endpoint`).
+    pub endpoint: String,
+    /// Calls whose last attempt went there.
+    pub calls: usize,
+    /// Of those, calls that failed.
+    pub failed_calls: usize,
+    /// Tokens of those calls.
+    pub prompt_tokens: u64,
+    /// Completion tokens of those calls.
+    pub completion_tokens: u64,
+    /// HTTP attempts sent there (a call retried elsewhere counts where
+    /// each attempt went).
+    pub attempts: u64,
+    /// Attempts that failed there (no reply, timeout, 5xx, 429).
+    pub failed_attempts: u64,
+    /// Times it was rested after failing repeatedly.
+    pub rests: u64,
+}
+
 impl RunReport {
     /// Seconds spent in `stage` (0 when it did not run).
     pub fn stage(&self, stage: Stage) -> f64 {
@@ -223,6 +249,37 @@ impl RunReport {
         let calls: usize = self.calls_by_stage.values().sum();
         calls as f64 / self.episodes_planned.max(1) as f64
     }
+}
+
+/// Per endpoint: the client's attempt counts and the calls of `rows` that
+/// ended there (none with a single endpoint).
+fn endpoint_reports(client: &LlmClient, rows: &[crate::rows::LlmCallRow]) -> Vec<EndpointReport> {
+    let stats = client.endpoint_stats();
+    if stats.len() < 2 {
+        return Vec::new();
+    }
+    stats
+        .into_iter()
+        .map(|s| {
+            let mut r = EndpointReport {
+                attempts: s.attempts,
+                failed_attempts: s.failed_attempts,
+                rests: s.rests,
+                ..EndpointReport::default()
+            };
+            for row in rows
+                .iter()
+                .filter(|row| row.endpoint.as_deref() == Some(s.endpoint.as_str()))
+            {
+                r.calls += 1;
+                r.failed_calls += usize::from(row.status != "ok");
+                r.prompt_tokens += row.prompt_tokens.max(0) as u64;
+                r.completion_tokens += row.completion_tokens.max(0) as u64;
+            }
+            r.endpoint = s.endpoint;
+            r
+        })
+        .collect()
 }
 
 /// What the stages of one run read.
@@ -522,6 +579,7 @@ impl RunReport {
         self.prompt_tokens = totals.prompt_tokens;
         self.completion_tokens = totals.completion_tokens;
         self.cost_usd = totals.cost_usd;
+        self.endpoints = endpoint_reports(client, &changes.llm_calls);
         self.episodes_added = changes.episodes.len();
         for f in &changes.failures {
             *self.failures_by_stage.entry(f.stage.clone()).or_default() += 1;
@@ -541,5 +599,75 @@ impl RunReport {
             // Known once the ontology is staged (Transaction::stage_changes).
             ontology_hash: String::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::LlmCallRow;
+    use crate::spec::{EndpointSpec, LlmSpec};
+
+    fn row(endpoint: Option<&str>, status: &str, tokens: i64) -> LlmCallRow {
+        LlmCallRow {
+            call_id: uuid::Uuid::now_v7().to_string(),
+            run_id: "run".into(),
+            stage: "extract_entities".into(),
+            model: "m".into(),
+            item: None,
+            prompt_tokens: tokens,
+            completion_tokens: 1,
+            latency_ms: 0,
+            wait_ms: 0,
+            attempts: 1,
+            cache_hit: endpoint.is_none(),
+            status: status.into(),
+            error: None,
+            created_at: Utc::now(),
+            endpoint: endpoint.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_report_counts_calls_failures_and_tokens_per_endpoint() {
+        let endpoint = |url: &str| EndpointSpec {
+            base_url: url.into(),
+            max_concurrency: None,
+            weight: 1,
+        };
+        let spec = LlmSpec {
+            endpoints: vec![
+                endpoint("http://user:pw@10.0.0.1:8000/v1?key=k"),
+                endpoint("http://10.0.0.2:8000/v1/"),
+            ],
+            ..LlmSpec::default()
+        };
+        let client = LlmClient::with_key(&spec, None, None, "run").expect("client");
+        let (a, b) = ("http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1");
+        let rows = [
+            row(Some(a), "ok", 10),
+            row(Some(a), "error", 0),
+            row(Some(b), "ok", 7),
+            row(None, "ok", 3),
+        ];
+        let got: Vec<(String, usize, usize, u64, u64)> = endpoint_reports(&client, &rows)
+            .into_iter()
+            .map(|r| {
+                (
+                    r.endpoint,
+                    r.calls,
+                    r.failed_calls,
+                    r.prompt_tokens,
+                    r.completion_tokens,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [(a.to_string(), 2, 1, 10, 2), (b.to_string(), 1, 0, 7, 1)]
+        );
+        // One endpoint: no per-endpoint lines.
+        let single = LlmClient::with_key(&LlmSpec::default(), None, None, "run").expect("client");
+        assert!(endpoint_reports(&single, &rows).is_empty());
     }
 }

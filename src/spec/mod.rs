@@ -283,6 +283,49 @@ pub struct LlmSpec {
     pub mode: LlmMode,
     /// `[llm.batch]`: limits and timing of batch mode.
     pub batch: BatchSpec,
+    /// `[[llm.endpoints]]`: several servers of one model (a fleet of vLLM
+    /// or llama.cpp servers) behind the one budget above. Empty: `base_url`
+    /// is the only endpoint. Given in a spec file, `base_url` must not be.
+    pub endpoints: Vec<EndpointSpec>,
+    /// Consecutive failed attempts (transport errors, timeouts, 5xx, 429)
+    /// after which an endpoint of several is rested.
+    pub endpoint_failures_to_rest: u32,
+    /// First rest of a failing endpoint, in milliseconds; doubles each time
+    /// its probe after a rest fails.
+    pub endpoint_rest_initial_ms: u64,
+    /// Longest rest of a failing endpoint, in milliseconds.
+    pub endpoint_rest_max_ms: u64,
+}
+
+/// One server of `[[llm.endpoints]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    /// Base URL up to and including `/v1`, like `llm.base_url`.
+    pub base_url: String,
+    /// Calls in flight at once on this server; default: `llm.max_concurrency`
+    /// (the global cap still bounds the sum).
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// Share of the calls relative to the other endpoints: calls go where
+    /// free slots per unit of weight are most.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+impl LlmSpec {
+    /// The base URL of the first endpoint: `endpoints[0]` when endpoints
+    /// are listed, else `base_url`. Embeddings (unless
+    /// `embedding_base_url` says otherwise) and the Batch API use it.
+    pub fn primary_base_url(&self) -> &str {
+        self.endpoints
+            .first()
+            .map_or(self.base_url.as_str(), |e| e.base_url.as_str())
+    }
 }
 
 /// How LLM calls are executed.
@@ -396,6 +439,10 @@ impl Default for LlmSpec {
             extra_body: serde_json::Map::new(),
             mode: LlmMode::Sync,
             batch: BatchSpec::default(),
+            endpoints: Vec::new(),
+            endpoint_failures_to_rest: 3,
+            endpoint_rest_initial_ms: 30_000,
+            endpoint_rest_max_ms: 300_000,
         }
     }
 }
@@ -419,6 +466,7 @@ impl std::fmt::Debug for LlmSpec {
             .field("cache", &self.cache)
             .field("mode", &self.mode)
             .field("batch", &self.batch)
+            .field("endpoints", &self.endpoints.len())
             .field(
                 "extra_body_keys",
                 &self.extra_body.keys().collect::<Vec<_>>(),
@@ -446,6 +494,15 @@ impl PipelineSpec {
             message: describe_toml_error(text, &e),
         })?;
         spec.check_values(path)?;
+        // `base_url` has a default, so only the text tells whether it was
+        // written next to `endpoints`; both would leave one of them unused.
+        if !spec.llm.endpoints.is_empty() && llm_key_written(text, "base_url") {
+            return Err(SpecError::Value {
+                path: path.to_path_buf(),
+                key: "llm.base_url".into(),
+                message: "cannot be set together with llm.endpoints: list every server under [[llm.endpoints]]".into(),
+            });
+        }
         Ok(spec)
     }
 
@@ -596,7 +653,7 @@ impl PipelineSpec {
                 "must be an http:// or https:// URL",
             );
         }
-        None
+        endpoints_problem(llm)
     }
 
     /// The first bad value of `[resolve]`.
@@ -672,6 +729,66 @@ impl PipelineSpec {
         }
         None
     }
+}
+
+/// The first bad value of `[[llm.endpoints]]` and its rest settings. URLs
+/// are never echoed (one may hold a key); entries are named by index.
+fn endpoints_problem(llm: &LlmSpec) -> Option<(String, String)> {
+    if llm.endpoint_failures_to_rest == 0 {
+        return bad("llm.endpoint_failures_to_rest", "must be at least 1");
+    }
+    if llm.endpoint_rest_initial_ms == 0 || llm.endpoint_rest_initial_ms > llm.endpoint_rest_max_ms
+    {
+        return bad(
+            "llm.endpoint_rest_initial_ms",
+            "must be at least 1 and not exceed llm.endpoint_rest_max_ms",
+        );
+    }
+    if !llm.endpoints.is_empty() && llm.mode == LlmMode::Batch {
+        return bad(
+            "llm.endpoints",
+            "is for sync mode (servers without a Batch API); batch mode sends to llm.base_url",
+        );
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for (i, e) in llm.endpoints.iter().enumerate() {
+        let at = format!("llm.endpoints[{i}]");
+        let url = e.base_url.trim();
+        if url.is_empty() {
+            return bad(&format!("{at}.base_url"), "must not be empty");
+        }
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return bad(
+                &format!("{at}.base_url"),
+                "must be an http:// or https:// URL",
+            );
+        }
+        if e.max_concurrency == Some(0) {
+            return bad(&format!("{at}.max_concurrency"), "must be at least 1");
+        }
+        if e.weight == 0 {
+            return bad(&format!("{at}.weight"), "must be at least 1");
+        }
+        // The same server twice would double its share and its slots.
+        let same = url.trim_end_matches('/').to_ascii_lowercase();
+        if let Some(j) = seen.iter().position(|s| *s == same) {
+            return bad(
+                &format!("{at}.base_url"),
+                &format!("is the same server as llm.endpoints[{j}]"),
+            );
+        }
+        seen.push(same);
+    }
+    None
+}
+
+/// Whether the spec text writes `key` in its `[llm]` table.
+fn llm_key_written(text: &str, key: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| {
+        t.get("llm")
+            .and_then(toml::Value::as_table)
+            .is_some_and(|llm| llm.contains_key(key))
+    })
 }
 
 /// The first bad value of `[source]`.

@@ -35,6 +35,7 @@ use arrow::array::RecordBatch;
 use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use deltalake::kernel::transaction::CommitProperties;
+use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use futures::StreamExt;
@@ -601,6 +602,20 @@ impl GraphStore {
     }
 }
 
+/// Whether `delta` lacks columns of `table`'s schema (written by an older
+/// graphloom).
+fn lacks_columns(table: Table, delta: &DeltaTable) -> bool {
+    let Ok(state) = delta.snapshot() else {
+        return false;
+    };
+    let have = state.schema();
+    table
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| have.field(f.name()).is_none())
+}
+
 fn version_of(delta: &DeltaTable) -> u64 {
     delta.version().unwrap_or(0)
 }
@@ -825,6 +840,7 @@ impl Transaction {
         } else {
             batches
         };
+        let evolve = lacks_columns(table, &base);
         let written = match mode {
             WriteMode::Append | WriteMode::Overwrite => {
                 let save_mode = if mode == WriteMode::Append {
@@ -832,10 +848,18 @@ impl Transaction {
                 } else {
                     SaveMode::Overwrite
                 };
-                base.write(batches)
+                let mut write = base
+                    .write(batches)
                     .with_save_mode(save_mode)
-                    .with_commit_properties(props)
-                    .await
+                    .with_commit_properties(props);
+                if evolve {
+                    // A table written by an older graphloom lacks columns
+                    // added since (nullable, at the end, e.g.
+                    // `llm_calls.endpoint`): the append adds them, and the
+                    // older rows read them as null.
+                    write = write.with_schema_mode(SchemaMode::Merge);
+                }
+                write.await
             }
             WriteMode::Upsert(key) => {
                 let ctx = SessionContext::new();

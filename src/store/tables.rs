@@ -230,6 +230,9 @@ impl Table {
                 text("status"),
                 text_null("error"),
                 ts("created_at"),
+                // Last, and nullable: added after graphs were written
+                // without it (see GraphStore's schema evolution).
+                text_null("endpoint"),
             ],
             Table::Failures => vec![
                 text("failure_id"),
