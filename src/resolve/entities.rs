@@ -816,7 +816,9 @@ fn identity_map(keys: &[String]) -> BTreeMap<String, String> {
     out
 }
 
-fn compatible(a: &[String], b: &[String]) -> bool {
+/// One chain a prefix of the other: the types of one entity (what every
+/// candidate pair, and a record's type for a text mention, requires).
+pub(super) fn compatible(a: &[String], b: &[String]) -> bool {
     let n = a.len().min(b.len());
     a[..n] == b[..n]
 }

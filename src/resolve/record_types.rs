@@ -23,7 +23,7 @@ use arrow::array::{Array, AsArray, StringArray};
 use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 
-use super::entities::{string_lists, strings};
+use super::entities::{compatible, string_lists, strings};
 use super::stage::RunMention;
 use super::{ResolveSpec, fold_suffixes, normalize_name};
 
@@ -129,12 +129,6 @@ async fn committed_record_chains(
         }
     }
     Ok(out)
-}
-
-/// One chain a prefix of the other (as candidate pairs require).
-fn compatible(a: &[String], b: &[String]) -> bool {
-    let n = a.len().min(b.len());
-    a[..n] == b[..n]
 }
 
 /// How many mentions a record retyped, per (text chain → record chain),
