@@ -72,6 +72,19 @@ pub struct GraphSession {
     snapshot: Snapshot,
 }
 
+/// How a session reaches the snapshot's tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TableAccess {
+    /// Delta table providers pinned to the snapshot's versions: the
+    /// in-process default.
+    Delta,
+    /// Plain Parquet listings of the snapshot's data files, which a plan
+    /// can carry to other processes (see
+    /// [`Snapshot::register_files`](crate::store::Snapshot::register_files)).
+    Files,
+}
+
 /// Result of one statement.
 pub struct StatementResult {
     /// Schema of the result (also for zero rows).
@@ -91,9 +104,22 @@ impl GraphSession {
     /// Opens the graph's last completed run and registers its tables and
     /// the label functions.
     pub async fn open(store: &GraphStore) -> Result<Self> {
+        Self::open_in(store, SessionContext::new(), TableAccess::Delta).await
+    }
+
+    /// Opens the graph's last completed run in a session the caller built
+    /// (for example one whose plans run on a Ballista cluster), with the
+    /// tables registered as `access` says.
+    pub async fn open_in(
+        store: &GraphStore,
+        ctx: SessionContext,
+        access: TableAccess,
+    ) -> Result<Self> {
         let snapshot = store.existing_snapshot().await?;
-        let ctx = SessionContext::new();
-        snapshot.register(&ctx).await?;
+        match access {
+            TableAccess::Delta => snapshot.register(&ctx).await?,
+            TableAccess::Files => snapshot.register_files(&ctx).await?,
+        }
         let entity = closure_map(&snapshot, Table::EntityTypeClosure).await?;
         let edge = closure_map(&snapshot, Table::EdgeTypeClosure).await?;
         register_functions(&ctx, entity, edge);
@@ -179,6 +205,59 @@ pub fn register_functions(
         entity_closure,
     )));
     ctx.register_udf(ScalarUDF::new_from_impl(JsonGetStr::new()));
+}
+
+/// What another process needs to rebuild one of the functions
+/// [`register_functions`] registers (the type closures they carry), or
+/// `None` for any other function. A plan that travels to a cluster carries
+/// these bytes with each call, so executors need no copy of the graph's
+/// ontology.
+pub fn function_state(udf: &ScalarUDF) -> Option<Vec<u8>> {
+    let inner = udf.inner();
+    let state = if let Some(t) = inner.downcast_ref::<TypeMatches>() {
+        FunctionState::TypeMatches {
+            name: t.name.to_string(),
+            closure: t.closure.clone(),
+        }
+    } else if inner.downcast_ref::<HasLabel>().is_some() {
+        FunctionState::HasLabel
+    } else if inner.downcast_ref::<JsonGetStr>().is_some() {
+        FunctionState::JsonGetStr
+    } else {
+        return None;
+    };
+    serde_json::to_vec(&state).ok()
+}
+
+/// Rebuilds a function from [`function_state`]'s bytes; `None` when the
+/// bytes are not one of this module's functions.
+pub fn function_from_state(state: &[u8]) -> Option<ScalarUDF> {
+    let state: FunctionState = serde_json::from_slice(state).ok()?;
+    Some(match state {
+        FunctionState::HasLabel => ScalarUDF::new_from_impl(HasLabel::new()),
+        FunctionState::JsonGetStr => ScalarUDF::new_from_impl(JsonGetStr::new()),
+        FunctionState::TypeMatches { name, closure } => {
+            let name = match name.as_str() {
+                "edge_type_matches" => "edge_type_matches",
+                "entity_type_matches" => "entity_type_matches",
+                _ => return None,
+            };
+            ScalarUDF::new_from_impl(TypeMatches::new(name, closure))
+        }
+    })
+}
+
+/// The serialized form of the query functions (tagged, so that other
+/// modules' function states never parse as one of these).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(tag = "graphloom_query_function")]
+enum FunctionState {
+    HasLabel,
+    JsonGetStr,
+    TypeMatches {
+        name: String,
+        closure: BTreeMap<String, BTreeSet<String>>,
+    },
 }
 
 fn exec_err(msg: String) -> DataFusionError {
@@ -465,5 +544,65 @@ fn csv_cell(value: &str) -> String {
         format!("\"{}\"", value.replace('"', "\"\""))
     } else {
         value.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::FunctionRegistry;
+
+    #[tokio::test]
+    async fn functions_rebuilt_from_their_state_answer_as_the_originals() {
+        let ctx = SessionContext::new();
+        let entity = BTreeMap::from([(
+            "Contract".to_string(),
+            BTreeSet::from(["Contract".to_string(), "MSA".to_string()]),
+        )]);
+        register_functions(&ctx, entity, BTreeMap::new());
+        let rebuilt = SessionContext::new();
+        for name in [
+            "has_label",
+            "entity_type_matches",
+            "edge_type_matches",
+            "json_get_str",
+        ] {
+            let udf = ctx.udf(name).expect("registered");
+            let state = function_state(&udf).expect("a query function");
+            let again = function_from_state(&state).expect("its state parses");
+            assert_eq!(again.name(), name);
+            rebuilt.register_udf(again);
+        }
+        // Not one of ours: no state, and no bytes parse as ours.
+        assert!(function_state(&ctx.udf("abs").expect("built in")).is_none());
+        assert!(function_from_state(b"{\"other\": 1}").is_none());
+        let sql = "SELECT entity_type_matches('MSA', 'Contract') AS a, \
+                   entity_type_matches('MSA', 'Person') AS b, \
+                   has_label(['Contract', 'MSA'], 'MSA') AS c, \
+                   json_get_str('{\"status\": \"open\"}', 'status') AS d";
+        let show = |batches: Vec<RecordBatch>| {
+            arrow::util::pretty::pretty_format_batches(&batches)
+                .expect("format")
+                .to_string()
+        };
+        let a = show(
+            ctx.sql(sql)
+                .await
+                .expect("plan")
+                .collect()
+                .await
+                .expect("run"),
+        );
+        let b = show(
+            rebuilt
+                .sql(sql)
+                .await
+                .expect("plan")
+                .collect()
+                .await
+                .expect("run"),
+        );
+        assert_eq!(a, b);
+        assert!(a.contains("| true | false | true | open |"), "{a}");
     }
 }

@@ -202,6 +202,64 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Registers every table under its name in `ctx` as a plain Parquet
+    /// listing of the snapshot's data files, with the schema the Delta
+    /// provider gives (an empty table for tables never written).
+    ///
+    /// Unlike [`Snapshot::register`], the tables are ones DataFusion can
+    /// serialize into a plan (`ListingTable`, `EmptyTable`), so a plan over
+    /// them can run on other processes, e.g. Ballista executors, that
+    /// reach the same object store. That is exact because graphloom's
+    /// tables have no partition columns, deletion vectors or column
+    /// mapping: the snapshot's `add` files hold every live row.
+    pub async fn register_files(&self, ctx: &SessionContext) -> Result<()> {
+        use datafusion::datasource::file_format::parquet::ParquetFormat;
+        use datafusion::datasource::listing::{
+            ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+        };
+        for table in Table::ALL {
+            let provider: Arc<dyn datafusion::catalog::TableProvider> = match self.table(table) {
+                Some(delta) => {
+                    let delta_err = |source| StoreError::Delta {
+                        table: table.name(),
+                        source,
+                    };
+                    let schema = delta
+                        .table_provider()
+                        .await
+                        .map_err(step("reading a snapshot table's schema"))?
+                        .schema();
+                    let urls = delta
+                        .get_file_uris()
+                        .map_err(delta_err)?
+                        .map(|uri| ListingTableUrl::parse(&uri))
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                        .map_err(step("listing a snapshot table's files"))?;
+                    if urls.is_empty() {
+                        Arc::new(datafusion::datasource::empty::EmptyTable::new(schema))
+                    } else {
+                        let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                            .with_file_extension(".parquet");
+                        let config = ListingTableConfig::new_with_multi_paths(urls)
+                            .with_listing_options(options)
+                            .with_schema(schema);
+                        Arc::new(
+                            ListingTable::try_new(config)
+                                .map_err(step("registering a snapshot table's files"))?,
+                        )
+                    }
+                }
+                None => Arc::new(datafusion::datasource::empty::EmptyTable::new(
+                    table.schema(),
+                )),
+            };
+            ctx.deregister_table(table.name())
+                .and_then(|_| ctx.register_table(table.name(), provider))
+                .map_err(step("registering a snapshot table's files"))?;
+        }
+        Ok(())
+    }
+
     /// All rows of one table as batches.
     pub async fn read(&self, table: Table) -> Result<Vec<RecordBatch>> {
         match self.table(table) {
