@@ -35,4 +35,6 @@ if [ "${GRAPHLOOM_SKIP_LOCAL_LLM:-0}" != 1 ]; then
   fi
   eval "$(scripts/local-llm.sh env)"
 fi
-cargo test --all-targets --features testkit "$@"
+# `cluster` adds the Ballista scheduler and executors, which
+# tests/it/cluster.rs starts as processes on 127.0.0.1.
+cargo test --all-targets --features testkit,cluster "$@"

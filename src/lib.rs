@@ -15,6 +15,7 @@
 //! * [`store`]: the graph's Delta tables and the commit protocol;
 //! * [`query`]: a DataFusion session over the graph with label functions.
 //!
+//! [`cluster`] runs the same plans on Apache DataFusion Ballista.
 //! [`run`] and [`add`] orchestrate the commands that write a graph;
 //! [`eval`] scores one, [`export`] copies its snapshot as plain Parquet.
 //! Leaves shared by all: [`stage`] (stage names), [`rows`] (table rows),
@@ -26,6 +27,7 @@ pub mod add;
 #[cfg(feature = "testkit")]
 pub mod bench;
 pub mod classify;
+pub mod cluster;
 pub mod communities;
 pub mod eval;
 pub mod export;
@@ -83,6 +85,8 @@ pub enum Error {
     Page(Box<pages::PageError>),
     #[error(transparent)]
     Communities(Box<communities::CommunityError>),
+    #[error(transparent)]
+    Cluster(Box<cluster::ClusterError>),
 }
 
 /// `From` for the boxed variants, so `?` works from every layer.
@@ -107,6 +111,7 @@ from_boxed!(
     Batch(llm::batch::BatchError),
     Page(pages::PageError),
     Communities(communities::CommunityError),
+    Cluster(cluster::ClusterError),
 );
 
 #[cfg(feature = "testkit")]
@@ -188,6 +193,10 @@ impl Error {
             Error::Communities(e) => match &**e {
                 communities::CommunityError::Store(e) => store(e),
                 _ => false,
+            },
+            Error::Cluster(e) => match &**e {
+                cluster::ClusterError::Query(e) => query(e),
+                e => e.is_usage(),
             },
             Error::Llm(_) | Error::Batch(_) => false,
             #[cfg(feature = "testkit")]

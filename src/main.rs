@@ -136,7 +136,16 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
+        /// Run the query on the Ballista cluster whose scheduler is at
+        /// df://HOST:PORT (`graphloom cluster scheduler`); its executors
+        /// read the graph's files from the same URL.
+        #[arg(long, value_name = "df://HOST:PORT", env = "GRAPHLOOM_CLUSTER")]
+        cluster: Option<String>,
     },
+    /// Run a scheduler or an executor of a Ballista cluster that runs
+    /// graphloom's queries (build with `--features cluster`).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Show tables, row counts, versions, the writer lock and recent runs.
     Status {
         #[command(flatten)]
@@ -269,6 +278,56 @@ enum BatchesCommand {
         /// The graph instead of the spec's output.graph.
         #[arg(long, value_name = "URL")]
         graph: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+enum ClusterCommand {
+    /// Start a scheduler: it plans each query and hands its tasks to the
+    /// executors. Stops on Ctrl-C or SIGTERM.
+    Scheduler {
+        /// Address to listen on; executors are told to call it back, so
+        /// give one they reach.
+        #[arg(long, default_value = "127.0.0.1:50050", value_name = "HOST:PORT")]
+        bind: std::net::SocketAddr,
+        /// Seconds without a heartbeat after which an executor counts as
+        /// lost and its tasks run elsewhere.
+        #[arg(long, default_value_t = 180, value_name = "SECS")]
+        executor_timeout_secs: u64,
+        /// Attempts of one task before its query fails.
+        #[arg(long, default_value_t = 4, value_name = "N")]
+        task_max_failures: usize,
+    },
+    /// Start an executor that registers with a scheduler and runs its
+    /// tasks. Stops on Ctrl-C or SIGTERM after draining its tasks.
+    Executor {
+        /// The scheduler's address.
+        #[arg(long, default_value = "127.0.0.1:50050", value_name = "HOST:PORT")]
+        scheduler: String,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
+        bind_host: String,
+        /// Host the scheduler and other executors reach this one at
+        /// (default: --bind-host).
+        #[arg(long, value_name = "HOST")]
+        external_host: Option<String>,
+        /// Arrow Flight port (shuffle data and results).
+        #[arg(long, default_value_t = 50051, value_name = "PORT")]
+        flight_port: u16,
+        /// gRPC port (tasks from the scheduler).
+        #[arg(long, default_value_t = 50052, value_name = "PORT")]
+        grpc_port: u16,
+        /// Directory for shuffle files. Default: graphloom-executor-PORT
+        /// under the temp dir.
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<PathBuf>,
+        /// Tasks to run at once (0: one per core).
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        concurrent_tasks: usize,
+        /// Seconds between heartbeats to the scheduler.
+        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        heartbeat_secs: u64,
     },
 }
 
@@ -499,10 +558,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if matches!(cli.command, Command::Cluster(_)) {
+        // Ballista's scheduler plans deep plans recursively.
+        runtime.thread_stack_size(32 * 1024 * 1024);
+    }
+    let runtime = match runtime.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -577,7 +639,9 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             query,
             file,
             format,
-        } => sql(&target, query, file, format).await,
+            cluster,
+        } => sql(&target, query, file, format, cluster.as_deref()).await,
+        Command::Cluster(command) => cluster(command).await,
         Command::Eval { target, gold } => {
             let store = GraphStore::try_from(&target)?;
             let gold = graphloom::eval::Gold::from_path(&gold)?;
@@ -817,6 +881,7 @@ async fn sql(
     query: Option<String>,
     file: Option<PathBuf>,
     format: OutputFormat,
+    cluster: Option<&str>,
 ) -> Result<ExitCode, Error> {
     let sql = match (query, file) {
         (Some(q), _) => q,
@@ -828,13 +893,84 @@ async fn sql(
         }
         (None, None) => unreachable!("clap requires a query or --file"),
     };
+    let cluster = cluster
+        .map(graphloom::cluster::ClusterUrl::parse)
+        .transpose()?;
     let store = GraphStore::try_from(target)?;
-    let session = GraphSession::open(&store).await?;
+    let session = match &cluster {
+        None => GraphSession::open(&store).await?,
+        Some(url) => graphloom::cluster::open_graph(&store, url).await?,
+    };
     let results = session.run(&sql).await?;
     for result in &results {
         out_raw!("{}", render(result, format)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `graphloom cluster scheduler|executor`.
+#[cfg(feature = "cluster")]
+async fn cluster(command: ClusterCommand) -> Result<ExitCode, Error> {
+    use graphloom::cluster::{ClusterError, ExecutorOptions, SchedulerOptions};
+    match command {
+        ClusterCommand::Scheduler {
+            bind,
+            executor_timeout_secs,
+            task_max_failures,
+        } => {
+            eprintln!("graphloom cluster scheduler listening on df://{bind}");
+            graphloom::cluster::run_scheduler(SchedulerOptions {
+                bind,
+                executor_timeout: Duration::from_secs(executor_timeout_secs),
+                // Look for lost executors a few times per timeout.
+                expire_interval: Duration::from_secs((executor_timeout_secs / 4).clamp(1, 15)),
+                task_max_failures,
+            })
+            .await?;
+        }
+        ClusterCommand::Executor {
+            scheduler,
+            bind_host,
+            external_host,
+            flight_port,
+            grpc_port,
+            work_dir,
+            concurrent_tasks,
+            heartbeat_secs,
+        } => {
+            let (host, port) = scheduler
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| {
+                    ClusterError::Config(format!("--scheduler `{scheduler}` is not HOST:PORT"))
+                })?;
+            let work_dir = work_dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("graphloom-executor-{flight_port}"))
+            });
+            eprintln!(
+                "graphloom cluster executor on {bind_host}:{flight_port} (tasks on :{grpc_port}), scheduler {host}:{port}, shuffle files in {}",
+                work_dir.display()
+            );
+            graphloom::cluster::run_executor(ExecutorOptions {
+                scheduler: (host, port),
+                bind_host,
+                external_host,
+                flight_port,
+                grpc_port,
+                work_dir,
+                concurrent_tasks,
+                heartbeat: Duration::from_secs(heartbeat_secs),
+            })
+            .await?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Without the `cluster` feature the commands only say how to build it.
+#[cfg(not(feature = "cluster"))]
+async fn cluster(_command: ClusterCommand) -> Result<ExitCode, Error> {
+    Err(graphloom::cluster::ClusterError::NotBuilt.into())
 }
 
 /// `graphloom export parquet` and, with GraphRAG options, `graphloom

@@ -8,6 +8,8 @@ mod add_command;
 mod architecture;
 mod batch_mode;
 mod bench;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod common;
 mod convergence;
 mod corpus_resolution;

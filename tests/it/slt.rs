@@ -113,12 +113,19 @@ async fn sql_logic_tests_pass_on_the_example_facts() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = common::procurement_graph(dir.path()).await;
     let session = Arc::new(GraphSession::open(&store).await.expect("open session"));
+    let complete = std::env::var("GRAPHLOOM_SLT_COMPLETE").is_ok_and(|v| v == "1");
+    let failures = run_files(session, complete).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Runs every file under `tests/slt` against `session` (or rewrites their
+/// expected results when `complete`) and returns the failures.
+pub async fn run_files(session: Arc<GraphSession>, complete: bool) -> Vec<String> {
     let files = slt_files();
     assert!(
         files.len() >= 3,
         "expected the slt files under tests/slt, found {files:?}"
     );
-    let complete = std::env::var("GRAPHLOOM_SLT_COMPLETE").is_ok_and(|v| v == "1");
     let mut failures = Vec::new();
     for file in &files {
         let session = session.clone();
@@ -141,5 +148,5 @@ async fn sql_logic_tests_pass_on_the_example_facts() {
             failures.push(format!("{}:\n{e}", file.display()));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    failures
 }
