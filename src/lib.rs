@@ -20,8 +20,9 @@
 //! [`eval`] scores one, [`export`] copies its snapshot as plain Parquet.
 //! Leaves shared by all: [`stage`] (stage names), [`rows`] (table rows),
 //! [`text`] (name normalisation), [`scratch`] (DataFusion scratch tables),
-//! [`objstore`] (URLs and object store clients) and [`values`] (property
-//! values and fact times).
+//! [`objstore`] (URLs and object store clients), [`portable`] (functions
+//! that carry their settings) and [`values`] (property values and fact
+//! times).
 
 pub mod add;
 #[cfg(feature = "testkit")]
@@ -37,6 +38,7 @@ pub mod mapping;
 pub mod objstore;
 pub mod ontology;
 pub mod pages;
+pub mod portable;
 pub mod query;
 pub mod resolve;
 pub mod rows;

@@ -507,6 +507,10 @@ enum BenchCommand {
         /// Largest LSH bucket used (resolve.lsh_max_bucket).
         #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().lsh_max_bucket)]
         lsh_max_bucket: usize,
+        /// Resolve on the Ballista cluster at df://HOST:PORT (a build with
+        /// --features testkit,cluster); its executors must reach --dir.
+        #[arg(long, value_name = "df://HOST:PORT")]
+        cluster: Option<String>,
     },
 }
 
@@ -1432,7 +1436,12 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
             lsh_bands,
             lsh_rows,
             lsh_max_bucket,
+            cluster,
         } => {
+            let cluster = cluster
+                .as_deref()
+                .map(graphloom::cluster::ClusterUrl::parse)
+                .transpose()?;
             let spec = graphloom::resolve::ResolveSpec {
                 fuzzy: !no_fuzzy,
                 lsh_bands,
@@ -1456,6 +1465,7 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
                 existing_share: existing_share.clamp(0.0, 1.0),
                 repeat_share: repeat_share.clamp(0.0, 1.0 - existing_share.clamp(0.0, 1.0)),
                 spec,
+                cluster,
             };
             let report = graphloom::bench::resolution::run_resolve_bench(settings).await?;
             out!("{report}");

@@ -1,12 +1,16 @@
 //! Scratch tables in a DataFusion session: the small in-memory sides of
-//! the semi- and anti-joins that stages run against the graph's tables. A
-//! leaf: it knows DataFusion and Arrow, nothing of the graph.
+//! the semi- and anti-joins that stages run against the graph's tables,
+//! and the intermediate tables of resolution, kept in memory or, for a
+//! session on a cluster, as Parquet files every process reads. A leaf: it
+//! knows DataFusion, Arrow and object stores, nothing of the graph.
 
 use std::sync::Arc;
 
-use arrow::datatypes::Field;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
+use object_store::ObjectStoreExt;
 
 /// Registers `values` as a one-column in-memory table `table(column)`,
 /// replacing any table of that name: the small side of a semi- or
@@ -31,5 +35,111 @@ pub fn register_column(
             vec![vec![batch]],
         )?),
     )?;
+    Ok(())
+}
+
+/// Where a session keeps its scratch tables when its plans run on other
+/// processes: Parquet files under `root`, a directory every process of
+/// the cluster reaches. Set it as a session config extension
+/// (`SessionConfig::with_extension`); without it scratch tables stay in
+/// memory.
+#[derive(Debug)]
+pub struct ScratchFiles {
+    root: url::Url,
+    store: Arc<dyn object_store::ObjectStore>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl ScratchFiles {
+    /// Scratch files under `root` (a directory URL ending in `/`), written
+    /// through `store` (rooted at the store's root, as DataFusion's
+    /// object store registry keys it).
+    pub fn new(root: url::Url, store: Arc<dyn object_store::ObjectStore>) -> Self {
+        ScratchFiles {
+            root,
+            store,
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The directory the files go under.
+    pub fn root(&self) -> &url::Url {
+        &self.root
+    }
+
+    /// Writes `partitions` as one Parquet file each under a fresh
+    /// directory for `name` (a table of that name that plans still read
+    /// keeps its files) and returns a listing table over them.
+    async fn write(
+        &self,
+        name: &str,
+        schema: SchemaRef,
+        partitions: Vec<Vec<RecordBatch>>,
+    ) -> Result<Arc<dyn datafusion::catalog::TableProvider>, DataFusionError> {
+        use datafusion::datasource::file_format::parquet::ParquetFormat;
+        use datafusion::datasource::listing::{
+            ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+        };
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = self
+            .root
+            .join(&format!("{name}-{n}/"))
+            .map_err(|e| DataFusionError::Plan(format!("scratch directory for {name}: {e}")))?;
+        for (i, batches) in partitions.into_iter().enumerate() {
+            if batches.iter().all(|b| b.num_rows() == 0) && i > 0 {
+                continue;
+            }
+            let mut buffer = Vec::new();
+            let mut writer =
+                parquet::arrow::ArrowWriter::try_new(&mut buffer, schema.clone(), None)?;
+            for b in &batches {
+                writer.write(b)?;
+            }
+            writer.close()?;
+            let file = dir
+                .join(&format!("part-{i}.parquet"))
+                .map_err(|e| DataFusionError::Plan(format!("scratch file for {name}: {e}")))?;
+            let path = object_store::path::Path::from_url_path(file.path())
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            self.store
+                .put(&path, buffer.into())
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        }
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new(ListingTableUrl::parse(dir.as_str())?)
+            .with_listing_options(options)
+            .with_schema(schema);
+        Ok(Arc::new(ListingTable::try_new(config)?))
+    }
+}
+
+/// Registers `batches` as the scratch table `name` (replacing one of that
+/// name), dealt round-robin over the session's partitions for parallel
+/// work: in memory, or as Parquet files when the session has
+/// [`ScratchFiles`] (its plans run on a cluster, which cannot read this
+/// process's memory).
+pub async fn register_batches(
+    ctx: &SessionContext,
+    name: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<(), DataFusionError> {
+    let state = ctx.state();
+    let parts = state.config().target_partitions().max(1);
+    let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
+    for (i, b) in batches.into_iter().enumerate() {
+        partitions[i % parts].push(b);
+    }
+    let table: Arc<dyn datafusion::catalog::TableProvider> =
+        match state.config().get_extension::<ScratchFiles>() {
+            Some(files) => files.write(name, schema, partitions).await?,
+            None => Arc::new(datafusion::datasource::MemTable::try_new(
+                schema, partitions,
+            )?),
+        };
+    let _ = ctx.deregister_table(name);
+    ctx.register_table(name, table)?;
     Ok(())
 }

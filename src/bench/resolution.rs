@@ -50,6 +50,9 @@ pub struct ResolveBench {
     pub repeat_share: f64,
     /// Resolution settings (the `[resolve]` defaults unless changed).
     pub spec: ResolveSpec,
+    /// Resolve on this Ballista cluster instead of in this process (its
+    /// executors read the nodes and the scratch tables under `dir`).
+    pub cluster: Option<crate::cluster::ClusterUrl>,
 }
 
 /// Syllables: onset + vowel + coda, 1,792 of them, so names share
@@ -495,9 +498,18 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         0.0
     };
     let (mentions, truth, kinds) = mentions(&b);
-    let config = SessionConfig::new()
-        .with_target_partitions(std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let ctx = SessionContext::new_with_config(config);
+    let (ctx, scratch) = match &b.cluster {
+        None => {
+            let config = SessionConfig::new().with_target_partitions(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            );
+            (SessionContext::new_with_config(config), None)
+        }
+        Some(url) => {
+            let (ctx, scratch) = cluster_context(url, &b.dir).await?;
+            (ctx, Some(scratch))
+        }
+    };
     if nodes > 0 {
         ctx.register_parquet(
             "bench_nodes",
@@ -535,6 +547,10 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
             judged.link(a.mention, p);
         }
     }
+    if let Some(scratch) = scratch {
+        // Best effort: the bench's figures do not depend on it.
+        let _ = std::fs::remove_dir_all(scratch);
+    }
     let judged = judged.finish();
     let with_llm = score(&judged, &truth, &kinds, &mentions, b.seed);
     let without = score(&resolved, &truth, &kinds, &mentions, b.seed);
@@ -553,6 +569,45 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         by_variant: without.by_variant,
         with_adjudication: (with_llm.precision(), with_llm.recall()),
     })
+}
+
+/// A session on the cluster at `url` whose scratch tables are Parquet
+/// files in a fresh directory beside `dir` (returned, to be removed).
+#[cfg(feature = "cluster")]
+async fn cluster_context(
+    url: &crate::cluster::ClusterUrl,
+    dir: &Path,
+) -> Result<(SessionContext, PathBuf), BenchError> {
+    let ctx = crate::cluster::connect(url)
+        .await
+        .map_err(|e| BenchError::Step(e.to_string()))?;
+    let scratch = dir.with_file_name(format!(
+        "{}-scratch-{}",
+        dir.file_name()
+            .map_or("bench".into(), |n| n.to_string_lossy()),
+        uuid::Uuid::new_v4()
+    ));
+    std::fs::create_dir_all(&scratch)?;
+    let root = url::Url::from_directory_path(&scratch)
+        .map_err(|()| BenchError::Step(format!("scratch directory {}", scratch.display())))?;
+    let store = crate::objstore::store_for(&root, &BTreeMap::new())
+        .map_err(|e| BenchError::Step(e.to_string()))?;
+    ctx.state_ref()
+        .write()
+        .config_mut()
+        .set_extension(Arc::new(crate::scratch::ScratchFiles::new(root, store)));
+    Ok((ctx, scratch))
+}
+
+/// Without the `cluster` feature there is no cluster to resolve on.
+#[cfg(not(feature = "cluster"))]
+async fn cluster_context(
+    _url: &crate::cluster::ClusterUrl,
+    _dir: &Path,
+) -> Result<(SessionContext, PathBuf), BenchError> {
+    Err(BenchError::Step(
+        crate::cluster::ClusterError::NotBuilt.to_string(),
+    ))
 }
 
 /// Merge counts of one outcome against the truth.

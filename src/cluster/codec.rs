@@ -21,9 +21,39 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-/// The function's data, if it is one of graphloom's functions.
+/// Marks a function written as a [`crate::portable`] family and state
+/// (anything else graphloom writes is a query function's JSON).
+const PORTABLE: &[u8] = b"graphloom-portable\0";
+
+/// The function's data, if it is one of graphloom's functions: a portable
+/// function's family and settings, or a query function's state.
 fn encode_function(udf: &ScalarUDF) -> Option<Vec<u8>> {
+    if let Some((family, state)) = crate::portable::state_of(udf) {
+        let mut out = PORTABLE.to_vec();
+        out.extend_from_slice(family.as_bytes());
+        out.push(0);
+        out.extend_from_slice(state);
+        return Some(out);
+    }
     crate::query::function_state(udf)
+}
+
+/// The functions a portable family rebuilds from its settings, with the
+/// family's name (rebuilt functions are wrapped again, so a scheduler
+/// passes them on to executors as it got them).
+fn family_functions(family: &str, state: &[u8]) -> Option<(&'static str, Vec<ScalarUDF>)> {
+    use crate::resolve::{embedding, entities};
+    match family {
+        entities::FUNCTION_FAMILY => Some((
+            entities::FUNCTION_FAMILY,
+            entities::functions_from_state(state)?,
+        )),
+        embedding::FUNCTION_FAMILY => Some((
+            embedding::FUNCTION_FAMILY,
+            embedding::functions_from_state(state)?,
+        )),
+        _ => None,
+    }
 }
 
 /// Rebuilds a graphloom function named `name` from `buf`, or `None` when
@@ -31,6 +61,26 @@ fn encode_function(udf: &ScalarUDF) -> Option<Vec<u8>> {
 fn decode_function(name: &str, buf: &[u8]) -> Option<Result<Arc<ScalarUDF>>> {
     if buf.is_empty() {
         return None;
+    }
+    if let Some(rest) = buf.strip_prefix(PORTABLE) {
+        let split = rest.iter().position(|b| *b == 0)?;
+        let family = std::str::from_utf8(&rest[..split]).ok()?;
+        let state = &rest[split + 1..];
+        let found = family_functions(family, state).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "cannot rebuild `{name}`: unknown function family `{family}` or settings this graphloom cannot read (are all cluster processes the same version?)"
+            ))
+        });
+        return Some(found.and_then(|(family, all)| {
+            all.into_iter()
+                .find(|f| f.name() == name)
+                .map(|f| Arc::new(crate::portable::wrap(f, family, state.into())))
+                .ok_or_else(|| {
+                    DataFusionError::Internal(format!(
+                        "function family `{family}` has no function `{name}`"
+                    ))
+                })
+        }));
     }
     let udf = crate::query::function_from_state(buf)?;
     if udf.name() != name {

@@ -131,9 +131,28 @@ impl std::fmt::Display for ClusterUrl {
 }
 
 /// A session whose queries run on the Ballista scheduler at `url`, with
-/// graphloom's codec (nothing connects until the first query).
+/// graphloom's codec. Fails at once when nothing listens there.
 #[cfg(feature = "cluster")]
 pub async fn connect(url: &ClusterUrl) -> Result<datafusion::prelude::SessionContext> {
+    // Ballista connects at the first query and reports a refused
+    // connection as a bare transport error; say it plainly up front.
+    let address = format!("{}:{}", url.host, url.port);
+    let reach = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::net::TcpStream::connect(&address),
+    )
+    .await;
+    let reason = match reach {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("no answer within 10 s".to_string()),
+    };
+    if let Some(reason) = reason {
+        return Err(ClusterError::Unreachable {
+            url: url.to_string(),
+            reason,
+        });
+    }
     use ballista::prelude::{SessionConfigExt, SessionContextExt};
     use datafusion::execution::SessionStateBuilder;
     use datafusion::prelude::{SessionConfig, SessionContext};
@@ -161,25 +180,6 @@ pub async fn open_graph(
     store: &crate::store::GraphStore,
     url: &ClusterUrl,
 ) -> Result<crate::query::GraphSession> {
-    // Ballista connects at the first query and reports a refused
-    // connection as a bare transport error; say it plainly up front.
-    let address = format!("{}:{}", url.host, url.port);
-    let reach = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        tokio::net::TcpStream::connect(&address),
-    )
-    .await;
-    let reason = match reach {
-        Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some("no answer within 10 s".to_string()),
-    };
-    if let Some(reason) = reason {
-        return Err(ClusterError::Unreachable {
-            url: url.to_string(),
-            reason,
-        });
-    }
     let ctx = connect(url).await?;
     Ok(crate::query::GraphSession::open_in(store, ctx, TableAccess::Files).await?)
 }

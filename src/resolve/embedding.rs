@@ -149,6 +149,16 @@ pub fn band_key(sig: &[u8], root: &str, b: usize, band_bits: usize) -> i64 {
     ) as i64
 }
 
+/// The family name under which the embedding functions carry their
+/// settings (bands and bits per band).
+pub const FUNCTION_FAMILY: &str = "resolve.embedding";
+
+/// Rebuilds the embedding functions from the settings they carry.
+pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
+    let (bands, band_bits): (usize, usize) = serde_json::from_slice(state).ok()?;
+    Some(udfs(bands, band_bits))
+}
+
 /// The UDFs the plans use: `embedding_signature(vector)`,
 /// `embedding_band(signature, root, band)` and `signature_cosine(a, b)`,
 /// for `bands` bands of `band_bits` bits.
@@ -341,13 +351,17 @@ pub(super) async fn embedding_pairs(
         Some(bits) => bits,
         None => auto_band_bits(ctx, nodes).await?,
     };
+    let state: Arc<[u8]> = serde_json::to_vec(&(bands, band_bits))
+        .unwrap_or_default()
+        .into();
     for f in udfs(bands, band_bits) {
-        ctx.register_udf(f);
+        ctx.register_udf(crate::portable::wrap(f, FUNCTION_FAMILY, state.clone()));
     }
     let batches = probe_batches(mentions, vectors, bands * band_bits, spec)
         .map_err(|e| e.context("the probing mentions' signatures"))?;
     let probes: usize = batches.iter().map(RecordBatch::num_rows).sum();
     super::entities::register_batches(ctx, PROBES_TABLE, probes_schema(), batches)
+        .await
         .map_err(|e| e.context("registering the probing mentions' signatures"))?;
     // Only ids and signatures go through the joins: names, labels and
     // vectors are read for the shortlist alone. The committed vectors are
@@ -470,7 +484,7 @@ async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionE
             .filter(col("sig").is_not_null())?;
         let schema = Arc::clone(frame.schema().inner());
         let batches = frame.collect().await?;
-        super::entities::register_batches(ctx, SIGNED_NODES_TABLE, schema, batches)
+        super::entities::register_batches(ctx, SIGNED_NODES_TABLE, schema, batches).await
     };
     signed
         .await
@@ -564,7 +578,7 @@ async fn rescore(
             Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
             vec![Arc::new(Int64Array::from(targets)) as ArrayRef],
         )?;
-        super::entities::register_partitioned(ctx, SHORTLIST_TABLE, ids)?;
+        super::entities::register_partitioned(ctx, SHORTLIST_TABLE, ids).await?;
         let unlinked = if spec.linkage.is_empty() {
             ""
         } else {

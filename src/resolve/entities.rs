@@ -537,9 +537,9 @@ pub(super) async fn materialize(
         .map_err(|e| e.context(format!("building the scratch table {name}")))
 }
 
-/// Registers `batch` as the in-memory table `name`, sliced over the
+/// Registers `batch` as the scratch table `name`, sliced over the
 /// session's partitions for parallel work.
-pub(super) fn register_partitioned(
+pub(super) async fn register_partitioned(
     ctx: &SessionContext,
     name: &str,
     batch: RecordBatch,
@@ -550,31 +550,18 @@ pub(super) fn register_partitioned(
         .step_by(size)
         .map(|offset| batch.slice(offset, size.min(batch.num_rows() - offset)))
         .collect();
-    register_batches(ctx, name, batch.schema(), slices)
+    register_batches(ctx, name, batch.schema(), slices).await
 }
 
-/// Registers `batches` as the in-memory table `name` (replacing one of that
-/// name), dealt round-robin over the session's partitions for parallel
-/// work.
-pub(super) fn register_batches(
+/// Registers `batches` as the scratch table `name` (replacing one of that
+/// name): see [`crate::scratch::register_batches`].
+pub(super) async fn register_batches(
     ctx: &SessionContext,
     name: &str,
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<(), DataFusionError> {
-    let parts = ctx.state().config().target_partitions().max(1);
-    let mut partitions: Vec<Vec<RecordBatch>> = vec![Vec::new(); parts];
-    for (i, b) in batches.into_iter().enumerate() {
-        partitions[i % parts].push(b);
-    }
-    let _ = ctx.deregister_table(name);
-    ctx.register_table(
-        name,
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema, partitions,
-        )?),
-    )?;
-    Ok(())
+    crate::scratch::register_batches(ctx, name, schema, batches).await
 }
 
 async fn materialize_inner(
@@ -585,28 +572,51 @@ async fn materialize_inner(
     let df = ctx.sql(sql).await?;
     let schema = Arc::clone(df.schema().inner());
     let batches = df.collect().await?;
-    register_batches(ctx, name, schema, batches)
+    register_batches(ctx, name, schema, batches).await
 }
 
 /// Registers the resolution UDFs ([`udfs`]) and the record-linkage UDFs
 /// that read a row's rule alone ([`super::linkage::udfs`]) on `ctx`; the
-/// pair-scoring ones come with the linkage candidates.
+/// pair-scoring ones come with the linkage candidates. They carry their
+/// settings ([`crate::portable`]), so plans calling them can run on other
+/// processes ([`functions_from_state`] rebuilds them there).
 pub(super) fn register_udfs(
     ctx: &SessionContext,
     spec: &ResolveSpec,
     identity: &BTreeMap<String, Vec<String>>,
 ) {
+    // Serializing plain settings cannot fail; an empty state would only
+    // make a rebuild elsewhere fail with a clear error.
+    let state: Arc<[u8]> = serde_json::to_vec(&(spec, identity))
+        .unwrap_or_default()
+        .into();
+    for f in settings_udfs(spec, identity) {
+        ctx.register_udf(crate::portable::wrap(f, FUNCTION_FAMILY, state.clone()));
+    }
+}
+
+/// The family name under which [`register_udfs`]'s functions carry their
+/// settings.
+pub const FUNCTION_FAMILY: &str = "resolve";
+
+fn settings_udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec<ScalarUDF> {
     let linkages: Vec<super::linkage::Linkage> = spec
         .linkage
         .iter()
         .map(super::linkage::Linkage::new)
         .collect();
-    for f in udfs(spec, identity)
+    udfs(spec, identity)
         .into_iter()
         .chain(super::linkage::udfs(&linkages))
-    {
-        ctx.register_udf(f);
-    }
+        .collect()
+}
+
+/// Rebuilds the functions [`register_udfs`] registers from the settings
+/// they carry; `None` when `state` is not such settings.
+pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
+    let (spec, identity): (ResolveSpec, BTreeMap<String, Vec<String>>) =
+        serde_json::from_slice(state).ok()?;
+    Some(settings_udfs(&spec, &identity))
 }
 
 /// Fuzzy candidates. The band keys of the mentions are computed once and
@@ -1299,11 +1309,10 @@ pub async fn resolve_entities(
         mentions.len()
     );
     let partitions = ctx.state().config().target_partitions();
-    let table = mentions_batches(mentions, partitions)
-        .and_then(|b| datafusion::datasource::MemTable::try_new(mentions_schema(), b))
+    let batches = mentions_batches(mentions, partitions)
         .map_err(|e| e.context("the run's mentions as a table"))?;
-    let _ = ctx.deregister_table(MENTIONS_TABLE);
-    ctx.register_table(MENTIONS_TABLE, Arc::new(table))
+    register_batches(ctx, MENTIONS_TABLE, mentions_schema(), batches.concat())
+        .await
         .map_err(|e| e.context("registering the run's mentions"))?;
     let distinct_vectors: Vec<Option<Arc<[f32]>>> = if vectors.is_empty() {
         Vec::new()

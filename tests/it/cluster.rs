@@ -337,3 +337,45 @@ async fn an_executor_killed_mid_query_costs_a_retry_or_a_clear_error_never_a_wro
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolution_on_the_cluster_makes_the_same_merges_as_in_process() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bench = |cluster: Option<ClusterUrl>| graphloom::bench::resolution::ResolveBench {
+        mentions: 1_500,
+        nodes: 4_000,
+        seed: 5,
+        dir: dir.path().join("nodes"),
+        existing_share: 0.5,
+        repeat_share: 0.2,
+        spec: graphloom::resolve::ResolveSpec::default(),
+        cluster,
+    };
+    let local = graphloom::bench::resolution::run_resolve_bench(bench(None))
+        .await
+        .expect("in process");
+    let cluster = Cluster::start(2, 30);
+    let remote = graphloom::bench::resolution::run_resolve_bench(bench(Some(cluster.url())))
+        .await
+        .expect("on the cluster");
+    assert!(
+        (0..2).any(|i| has_files(&cluster.work_dir(i))),
+        "the executors ran the plans (shuffle files)"
+    );
+    // Name, identity and fuzzy (MinHash band) candidates, and the merges
+    // the rules make from them.
+    assert!(local.pairs.len() >= 3, "{:?}", local.pairs);
+    assert_eq!(remote.pairs, local.pairs);
+    assert_eq!(remote.node_merges, local.node_merges);
+    assert_eq!(remote.pair_merges, local.pair_merges);
+    assert_eq!(remote.ambiguous, local.ambiguous);
+    assert_eq!(remote.by_variant, local.by_variant);
+    // The scratch tables went to files beside the nodes, and are gone.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("scratch"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -298,6 +298,7 @@ async fn the_resolve_bench_reports_precise_merges_on_synthetic_data() {
             existing_share: 0.5,
             repeat_share: 0.2,
             spec: ResolveSpec::default(),
+            cluster: None,
         },
     )
     .await
