@@ -942,21 +942,21 @@ async fn cluster(command: ClusterCommand) -> Result<ExitCode, Error> {
             concurrent_tasks,
             heartbeat_secs,
         } => {
-            let (host, port) = scheduler
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-                .ok_or_else(|| {
+            let scheduler =
+                graphloom::cluster::ClusterUrl::from_address(&scheduler).map_err(|_| {
                     ClusterError::Config(format!("--scheduler `{scheduler}` is not HOST:PORT"))
                 })?;
             let work_dir = work_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("graphloom-executor-{flight_port}"))
             });
             eprintln!(
-                "graphloom cluster executor on {bind_host}:{flight_port} (tasks on :{grpc_port}), scheduler {host}:{port}, shuffle files in {}",
+                "graphloom cluster executor on {bind_host}:{flight_port} (tasks on :{grpc_port}), scheduler {}:{}, shuffle files in {}",
+                scheduler.host,
+                scheduler.port,
                 work_dir.display()
             );
             graphloom::cluster::run_executor(ExecutorOptions {
-                scheduler: (host, port),
+                scheduler,
                 bind_host,
                 external_host,
                 flight_port,

@@ -56,6 +56,18 @@ fn family_functions(family: &str, state: &[u8]) -> Option<(&'static str, Vec<Sca
     }
 }
 
+/// Appends a graphloom function's data to `buf`; `false` (and nothing
+/// written) for any other function. Both codecs encode calls this way.
+fn write_function(udf: &ScalarUDF, buf: &mut Vec<u8>) -> bool {
+    match encode_function(udf) {
+        Some(state) => {
+            buf.extend_from_slice(&state);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Rebuilds a graphloom function named `name` from `buf`, or `None` when
 /// `buf` is not a graphloom function's data.
 fn decode_function(name: &str, buf: &[u8]) -> Option<Result<Arc<ScalarUDF>>> {
@@ -149,19 +161,14 @@ impl LogicalExtensionCodec for LogicalCodec {
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        match decode_function(name, buf) {
-            Some(udf) => udf,
-            None => self.inner.try_decode_udf(name, buf),
-        }
+        decode_function(name, buf).unwrap_or_else(|| self.inner.try_decode_udf(name, buf))
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
-        match encode_function(node) {
-            Some(state) => {
-                buf.extend_from_slice(&state);
-                Ok(())
-            }
-            None => self.inner.try_encode_udf(node, buf),
+        if write_function(node, buf) {
+            Ok(())
+        } else {
+            self.inner.try_encode_udf(node, buf)
         }
     }
 }
@@ -193,19 +200,14 @@ impl PhysicalExtensionCodec for PhysicalCodec {
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
-        match decode_function(name, buf) {
-            Some(udf) => udf,
-            None => self.inner.try_decode_udf(name, buf),
-        }
+        decode_function(name, buf).unwrap_or_else(|| self.inner.try_decode_udf(name, buf))
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
-        match encode_function(node) {
-            Some(state) => {
-                buf.extend_from_slice(&state);
-                Ok(())
-            }
-            None => self.inner.try_encode_udf(node, buf),
+        if write_function(node, buf) {
+            Ok(())
+        } else {
+            self.inner.try_encode_udf(node, buf)
         }
     }
 }

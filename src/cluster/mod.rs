@@ -100,14 +100,26 @@ pub struct ClusterUrl {
 impl ClusterUrl {
     /// Parses `df://HOST:PORT` (nothing after the port).
     pub fn parse(text: &str) -> Result<Self> {
+        let rest = text
+            .strip_prefix("df://")
+            .ok_or_else(|| ClusterError::Url {
+                url: text.to_string(),
+                reason: "the scheme must be df://".to_string(),
+            })?;
+        Self::address(text, rest.strip_suffix('/').unwrap_or(rest))
+    }
+
+    /// Parses a bare `HOST:PORT` (an executor's `--scheduler`).
+    pub fn from_address(address: &str) -> Result<Self> {
+        Self::address(address, address)
+    }
+
+    /// `rest` as `HOST:PORT`; errors name `text`, what the user wrote.
+    fn address(text: &str, rest: &str) -> Result<Self> {
         let bad = |reason: &str| ClusterError::Url {
             url: text.to_string(),
             reason: reason.to_string(),
         };
-        let rest = text
-            .strip_prefix("df://")
-            .ok_or_else(|| bad("the scheme must be df://"))?;
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
         let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port given"))?;
         if host.is_empty() || host.contains('/') || host.contains('@') {
             return Err(bad("the host must be a name or an address"));
@@ -197,6 +209,15 @@ pub async fn open_graph(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scheduler_addresses_are_host_and_port_without_a_scheme() {
+        let a = ClusterUrl::from_address("10.0.0.1:50050").expect("valid");
+        assert_eq!((a.host.as_str(), a.port), ("10.0.0.1", 50050));
+        for bad in ["10.0.0.1", "10.0.0.1:x", ":1", "h:0"] {
+            assert!(ClusterUrl::from_address(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn cluster_urls_need_the_df_scheme_a_host_and_a_port() {

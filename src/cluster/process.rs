@@ -48,7 +48,7 @@ impl Default for SchedulerOptions {
 #[derive(Debug, Clone)]
 pub struct ExecutorOptions {
     /// The scheduler's host and port.
-    pub scheduler: (String, u16),
+    pub scheduler: super::ClusterUrl,
     /// Address the executor's two services listen on.
     pub bind_host: String,
     /// Host the scheduler and other executors reach this one at (default:
@@ -164,8 +164,8 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         external_host: Some(options.external_host.unwrap_or(options.bind_host)),
         port: options.flight_port,
         grpc_port: options.grpc_port,
-        scheduler_host: options.scheduler.0,
-        scheduler_port: options.scheduler.1,
+        scheduler_host: options.scheduler.host,
+        scheduler_port: options.scheduler.port,
         scheduler_connect_timeout_seconds: 30,
         vcores,
         work_dir: Some(work_dir),
