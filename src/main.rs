@@ -291,8 +291,9 @@ enum ClusterCommand {
         /// give one they reach.
         #[arg(long, default_value = "127.0.0.1:50050", value_name = "HOST:PORT")]
         bind: std::net::SocketAddr,
-        /// Seconds without a heartbeat after which an executor counts as
-        /// lost and its tasks run elsewhere.
+        /// Seconds without word from an executor after which it counts as
+        /// lost and its tasks run elsewhere (at least 10: a busy executor
+        /// reports every 5 s).
         #[arg(long, default_value_t = 180, value_name = "SECS")]
         executor_timeout_secs: u64,
         /// Attempts of one task before its query fails.
@@ -315,7 +316,8 @@ enum ClusterCommand {
         /// Arrow Flight port (shuffle data and results).
         #[arg(long, default_value_t = 50051, value_name = "PORT")]
         flight_port: u16,
-        /// gRPC port (tasks from the scheduler).
+        /// gRPC port, registered with the scheduler (tasks are fetched
+        /// from the scheduler, not sent here).
         #[arg(long, default_value_t = 50052, value_name = "PORT")]
         grpc_port: u16,
         /// Directory for shuffle files. Default: graphloom-executor-PORT
@@ -325,9 +327,6 @@ enum ClusterCommand {
         /// Tasks to run at once (0: one per core).
         #[arg(long, default_value_t = 0, value_name = "N")]
         concurrent_tasks: usize,
-        /// Seconds between heartbeats to the scheduler.
-        #[arg(long, default_value_t = 60, value_name = "SECS")]
-        heartbeat_secs: u64,
     },
 }
 
@@ -940,7 +939,6 @@ async fn cluster(command: ClusterCommand) -> Result<ExitCode, Error> {
             grpc_port,
             work_dir,
             concurrent_tasks,
-            heartbeat_secs,
         } => {
             let scheduler =
                 graphloom::cluster::ClusterUrl::from_address(&scheduler).map_err(|_| {
@@ -963,7 +961,6 @@ async fn cluster(command: ClusterCommand) -> Result<ExitCode, Error> {
                 grpc_port,
                 work_dir,
                 concurrent_tasks,
-                heartbeat: Duration::from_secs(heartbeat_secs),
             })
             .await?;
         }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ballista_core::config::TaskSchedulingPolicy;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
@@ -25,7 +26,8 @@ pub struct SchedulerOptions {
     /// to call back, so it must be reachable from them).
     pub bind: SocketAddr,
     /// An executor silent this long is taken as lost: its running tasks
-    /// and the shuffle output it held are scheduled again elsewhere.
+    /// and the shuffle output it held are scheduled again elsewhere. At
+    /// least [`MIN_EXECUTOR_TIMEOUT`]: a busy executor reports every 5 s.
     pub executor_timeout: Duration,
     /// How often lost executors are looked for.
     pub expire_interval: Duration,
@@ -56,14 +58,13 @@ pub struct ExecutorOptions {
     pub external_host: Option<String>,
     /// Arrow Flight port: shuffle data and results are fetched here.
     pub flight_port: u16,
-    /// gRPC port: the scheduler sends tasks here.
+    /// gRPC port, registered with the scheduler (the executor fetches its
+    /// tasks: pull scheduling).
     pub grpc_port: u16,
     /// Where shuffle files are written (created if missing).
     pub work_dir: PathBuf,
     /// Tasks run at once (default: the number of cores).
     pub concurrent_tasks: usize,
-    /// How often the executor tells the scheduler it is alive.
-    pub heartbeat: Duration,
 }
 
 fn process_err(
@@ -102,9 +103,17 @@ pub async fn run_scheduler(options: SchedulerOptions) -> Result<()> {
                 .with_runtime_env(env.clone())
                 .build())
         });
+    if options.executor_timeout < MIN_EXECUTOR_TIMEOUT {
+        return Err(ClusterError::Config(format!(
+            "the executor timeout must be at least {} s (a busy executor reports every 5 s), got {} s",
+            MIN_EXECUTOR_TIMEOUT.as_secs(),
+            options.executor_timeout.as_secs()
+        )));
+    }
     let mut config = SchedulerConfig::default()
         .with_hostname(options.bind.ip().to_string())
         .with_port(options.bind.port())
+        .with_scheduler_policy(SCHEDULING)
         .with_override_session_builder(session_builder);
     config.bind_host = options.bind.ip().to_string();
     config.override_logical_codec = Some(Arc::new(LogicalCodec::default()));
@@ -123,6 +132,19 @@ pub async fn run_scheduler(options: SchedulerOptions) -> Result<()> {
         _ = shutdown_signal() => Ok(()),
     }
 }
+
+/// How tasks reach executors: they ask for work when they have a free
+/// slot (every 50 ms while idle). With Ballista 55's push scheduling, a
+/// task reset because its executor was lost while a task was being sent
+/// to it was never offered again, and the query waited forever (3 of 6
+/// runs of the executor-kill test); an idle executor that polls picks it
+/// up.
+const SCHEDULING: TaskSchedulingPolicy = TaskSchedulingPolicy::PullStaged;
+
+/// The shortest executor timeout the scheduler takes: with
+/// [`SCHEDULING`], an executor busy with tasks asks for work, and so says
+/// it is alive, every 5 s (Ballista's poll loop).
+pub const MIN_EXECUTOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs an executor until Ctrl-C, SIGTERM or the scheduler stops it. It
 /// registers with the scheduler (retrying for 30 s while it starts).
@@ -169,11 +191,11 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         scheduler_connect_timeout_seconds: 30,
         vcores,
         work_dir: Some(work_dir),
-        executor_heartbeat_interval_seconds: options.heartbeat.as_secs().max(1),
         override_runtime_producer: Some(runtime_producer),
         override_function_registry: Some(Arc::new(functions)),
         override_logical_codec: Some(Arc::new(LogicalCodec::default())),
         override_physical_codec: Some(Arc::new(PhysicalCodec::default())),
+        task_scheduling_policy: SCHEDULING,
         ..Default::default()
     };
     // The executor handles Ctrl-C and SIGTERM itself: it tells the
