@@ -359,6 +359,35 @@ enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Time `graphloom sql` against DuckDB (Python's `duckdb` package)
+    /// reading the same Parquet files: a label filter, an edge-family join
+    /// and a type-family count, whole processes, median of --runs. Builds a
+    /// graph with the `bench add` generator unless --graph is given. Build
+    /// with --release for figures.
+    Sql {
+        /// Query this local graph instead of generating one.
+        #[arg(long, value_name = "URL")]
+        graph: Option<String>,
+        /// Node lines of the generated graph.
+        #[arg(long, default_value_t = 1_000_000)]
+        nodes: usize,
+        /// Fact lines of the generated graph.
+        #[arg(long, default_value_t = 500_000)]
+        facts: usize,
+        /// Generator seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Where the generated graph is kept (a graph of the same size
+        /// already there is reused). Default: under the temp dir.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Timed runs per query and engine; the median is reported.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Python interpreter with the duckdb package.
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
     /// Run the whole pipeline over a synthetic message archive against the
     /// built-in test server, then replay it into a fresh graph from the
     /// response cache (--replay); print each stage's time, calls and
@@ -1482,6 +1511,31 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
                 dir,
             };
             let report = graphloom::bench::add::run_add_bench(settings).await?;
+            out!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Sql {
+            graph,
+            nodes,
+            facts,
+            seed,
+            dir,
+            runs,
+            python,
+        } => {
+            let dir = dir.unwrap_or_else(|| std::env::temp_dir().join("graphloom-bench-sql"));
+            let settings = graphloom::bench::sql::SqlBench {
+                graph,
+                nodes,
+                facts,
+                seed,
+                dir,
+                runs,
+                python,
+                graphloom: std::env::current_exe()
+                    .map_err(graphloom::bench::resolution::BenchError::from)?,
+            };
+            let report = graphloom::bench::sql::run_sql_bench(settings).await?;
             out!("{report}");
             Ok(ExitCode::SUCCESS)
         }

@@ -74,12 +74,14 @@ const SECTORS: [&str; 6] = [
     "Partners",
 ];
 
-/// The input file: `nodes` node lines, then `facts` fact lines.
-fn generate(nodes: usize, facts: usize, seed: u64) -> String {
+/// The input file: `nodes` node lines, then `facts` fact lines; numbering
+/// (order numbers, e-mails, domains, new companies) starts at `first`'s
+/// node and fact index, so several files make distinct entities.
+fn generate(nodes: usize, facts: usize, seed: u64, first: (usize, usize)) -> String {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = String::with_capacity((nodes + facts) * 160);
     let (mut people, mut companies, mut orders) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..nodes {
+    for i in first.0..first.0 + nodes {
         let line = match i % 10 {
             0..=4 => {
                 let (first, last) = (word(&mut rng, 2), word(&mut rng, 2));
@@ -118,7 +120,7 @@ fn generate(nodes: usize, facts: usize, seed: u64) -> String {
             list[rng.random_range(0..list.len())].clone()
         }
     };
-    for j in 0..facts {
+    for j in first.1..first.1 + facts {
         let person = pick(&mut rng, &people, "Nobody Known");
         let company = pick(&mut rng, &companies, "Nothing Known");
         let order = pick(&mut rng, &orders, "PO-0");
@@ -152,55 +154,103 @@ fn generate(nodes: usize, facts: usize, seed: u64) -> String {
     out
 }
 
-async fn one_size(settings: &AddBench, nodes: usize, facts: usize) -> Result<AddSize, BenchError> {
+/// Where a load of `nodes` and `facts` lines under `dir` puts its graph.
+pub(crate) fn graph_dir(dir: &std::path::Path, nodes: usize, facts: usize) -> PathBuf {
+    dir.join(format!("n{nodes}-f{facts}")).join("graph")
+}
+
+/// Generates the lines and loads them into a fresh graph at
+/// [`graph_dir`] (anything already there is removed first), in one
+/// `graphloom add`.
+pub(crate) async fn load_one(
+    settings: &AddBench,
+    nodes: usize,
+    facts: usize,
+) -> Result<AddSize, BenchError> {
+    load(settings, nodes, facts, nodes).await
+}
+
+/// As [`load_one`], in loads of at most `per_load` node lines each (and
+/// the matching share of fact lines): what a graph too large for one
+/// load's memory is built with. Each load's entities are new (unique
+/// numbers, e-mails and domains continue from the previous load); its
+/// facts link its own entities.
+pub(crate) async fn load(
+    settings: &AddBench,
+    nodes: usize,
+    facts: usize,
+    per_load: usize,
+) -> Result<AddSize, BenchError> {
     let step = |e: String| BenchError::Step(e);
-    let dir = settings.dir.join(format!("n{nodes}-f{facts}"));
+    let graph_dir = graph_dir(&settings.dir, nodes, facts);
+    let dir = graph_dir.parent().unwrap_or(&settings.dir).to_path_buf();
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
     std::fs::create_dir_all(&dir)?;
-    let input = dir.join("lines.jsonl");
-    let text = generate(nodes, facts, settings.seed);
-    std::fs::write(&input, &text)?;
     let spec = PipelineSpec::from_toml(
         include_str!("../../pipelines/procurement.toml"),
         std::path::Path::new("pipelines/procurement.toml"),
     )
     .map_err(|e| step(e.to_string()))?;
     let ontology = Ontology::try_from(&spec.ontology).map_err(|e| step(e.to_string()))?;
-    let graph = format!("file://{}/graph/", dir.display());
+    let graph = format!("file://{}/", graph_dir.display());
     let store = GraphStore::open(&graph, &Default::default()).map_err(|e| step(e.to_string()))?;
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok());
-    let started = Instant::now();
-    let report = crate::add::add_file(
-        &store,
-        &ontology,
-        "bench",
-        &input.display().to_string(),
-        &Default::default(),
-    )
-    .await
-    .map_err(|e| step(e.to_string()))?;
-    Ok(AddSize {
+    let loads = nodes.div_ceil(per_load.max(1)).max(1);
+    let mut size = AddSize {
         nodes,
         facts,
-        bytes: text.len(),
-        seconds: started.elapsed().as_secs_f64(),
-        timings: report.timings,
-        nodes_added: report.run.nodes_added,
-        edges_added: report.run.edges_added,
-        implicit_nodes: report.implicit_nodes,
-        failures: report.failures.len(),
+        bytes: 0,
+        seconds: 0.0,
+        timings: Default::default(),
+        nodes_added: 0,
+        edges_added: 0,
+        implicit_nodes: 0,
+        failures: 0,
         load,
-    })
+    };
+    for k in 0..loads {
+        let share = |total: usize| total * (k + 1) / loads - total * k / loads;
+        let first = (nodes * k / loads, facts * k / loads);
+        let input = dir.join(format!("lines-{k}.jsonl"));
+        let text = generate(share(nodes), share(facts), settings.seed + k as u64, first);
+        std::fs::write(&input, &text)?;
+        let started = Instant::now();
+        let report = crate::add::add_file(
+            &store,
+            &ontology,
+            "bench",
+            &input.display().to_string(),
+            &Default::default(),
+        )
+        .await
+        .map_err(|e| step(e.to_string()))?;
+        size.seconds += started.elapsed().as_secs_f64();
+        size.bytes += text.len();
+        for (stage, seconds) in report.timings.0 {
+            match size.timings.0.iter_mut().find(|(s, _)| *s == stage) {
+                Some((_, total)) => *total += seconds,
+                None => size.timings.0.push((stage, seconds)),
+            }
+        }
+        size.nodes_added += report.run.nodes_added;
+        size.edges_added += report.run.edges_added;
+        size.implicit_nodes += report.implicit_nodes;
+        size.failures += report.failures.len();
+        if loads > 1 {
+            std::fs::remove_file(&input)?;
+        }
+    }
+    Ok(size)
 }
 
 /// Runs the benchmark: a tenth of the size first, then the size.
 pub async fn run_add_bench(settings: AddBench) -> Result<AddBenchReport, BenchError> {
-    let small = one_size(&settings, settings.nodes / 10, settings.facts / 10).await?;
-    let large = one_size(&settings, settings.nodes, settings.facts).await?;
+    let small = load_one(&settings, settings.nodes / 10, settings.facts / 10).await?;
+    let large = load_one(&settings, settings.nodes, settings.facts).await?;
     Ok(AddBenchReport {
         sizes: vec![small, large],
     })

@@ -6,13 +6,15 @@
 //! synthetic nodes and facts; `bench neighbours` ([`neighbours`]) finds
 //! embedding candidates over synthetic name vectors; `bench run` ([`pipeline`]) runs the whole
 //! pipeline over a synthetic archive against the test server, then
-//! replays it from the response cache.
+//! replays it from the response cache; `bench sql` ([`sql`]) times
+//! `graphloom sql` against DuckDB on the same files.
 
 pub mod add;
 pub mod communities;
 pub mod neighbours;
 pub mod pipeline;
 pub mod resolution;
+pub mod sql;
 
 use std::sync::Arc;
 use std::time::Duration;

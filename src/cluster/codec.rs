@@ -237,8 +237,11 @@ mod tests {
         let ctx = session();
         let plan = ctx
             .sql(
-                "SELECT entity_type_matches(t, 'Contract') AS m, has_label(l, 'MSA') AS h \
-                 FROM (VALUES ('MSA', ['Contract', 'MSA']), ('Person', ['Person'])) AS v(t, l)",
+                // The type name is a column: with a literal the planner
+                // rewrites the call into an IN list, and no function is left.
+                "SELECT entity_type_matches(t, w) AS m, has_label(l, 'MSA') AS h \
+                 FROM (VALUES ('MSA', ['Contract', 'MSA'], 'Contract'), \
+                 ('Person', ['Person'], 'Contract')) AS v(t, l, w)",
             )
             .await
             .expect("plan")

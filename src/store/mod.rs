@@ -220,19 +220,15 @@ impl Snapshot {
         for table in Table::ALL {
             let provider: Arc<dyn datafusion::catalog::TableProvider> = match self.table(table) {
                 Some(delta) => {
-                    let delta_err = |source| StoreError::Delta {
-                        table: table.name(),
-                        source,
-                    };
                     let schema = delta
                         .table_provider()
                         .await
                         .map_err(step("reading a snapshot table's schema"))?
                         .schema();
-                    let urls = delta
-                        .get_file_uris()
-                        .map_err(delta_err)?
-                        .map(|uri| ListingTableUrl::parse(&uri))
+                    let urls = self
+                        .file_uris(table)?
+                        .iter()
+                        .map(ListingTableUrl::parse)
                         .collect::<std::result::Result<Vec<_>, _>>()
                         .map_err(step("listing a snapshot table's files"))?;
                     if urls.is_empty() {
@@ -258,6 +254,23 @@ impl Snapshot {
                 .map_err(step("registering a snapshot table's files"))?;
         }
         Ok(())
+    }
+
+    /// URIs of the Parquet files that hold one table's live rows at this
+    /// snapshot (empty for a table no run has written). Exact for the same
+    /// reasons as [`Snapshot::register_files`], so other engines can read
+    /// them directly.
+    pub fn file_uris(&self, table: Table) -> Result<Vec<String>> {
+        match self.table(table) {
+            Some(delta) => Ok(delta
+                .get_file_uris()
+                .map_err(|source| StoreError::Delta {
+                    table: table.name(),
+                    source,
+                })?
+                .collect()),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// All rows of one table as batches.

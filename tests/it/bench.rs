@@ -1,9 +1,10 @@
-//! The `graphloom bench run` and `bench add` generators and drivers, at a
-//! small size: what they print as figures must come from runs that did
-//! the whole job.
+//! The `graphloom bench run`, `bench add` and `bench sql` generators and
+//! drivers, at a small size: what they print as figures must come from
+//! runs that did the whole job.
 
 use graphloom::bench::add::{AddBench, run_add_bench};
 use graphloom::bench::pipeline::{RunBench, run_pipeline_bench};
+use graphloom::bench::sql::{SqlBench, run_sql_bench};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_run_bench_replays_its_archive_from_the_cache_without_a_request_into_the_same_graph() {
@@ -63,4 +64,42 @@ async fn the_add_bench_accounts_for_every_line_it_generates() {
         assert_eq!(s.edges_added as usize + s.failures, s.facts, "{s:?}");
         assert_eq!(s.nodes_added as usize, s.nodes + s.implicit_nodes, "{s:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sql_bench_times_answers_that_duckdb_confirms_on_the_same_files() {
+    if !crate::interop::python_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let settings = SqlBench {
+        graph: None,
+        nodes: 2_000,
+        facts: 1_000,
+        seed: 5,
+        dir: dir.path().to_path_buf(),
+        runs: 1,
+        python: "python3".to_string(),
+        graphloom: env!("CARGO_BIN_EXE_graphloom").into(),
+    };
+    let report = run_sql_bench(settings.clone()).await.expect("bench runs");
+    assert!(report.built, "{report}");
+    assert_eq!(report.duckdb_missing, None, "{report}");
+    assert!(report.nodes >= 2_000 && report.edges > 0, "{report}");
+    assert_eq!(report.queries.len(), 3, "{report}");
+    for q in &report.queries {
+        assert_eq!(q.same_answer, Some(true), "{report}");
+        // Every query counts something: an empty answer would compare
+        // equal on both sides and prove nothing.
+        let counted: u64 = q
+            .answer
+            .iter()
+            .filter_map(|row| row.rsplit(',').next()?.parse::<u64>().ok())
+            .sum();
+        assert!(counted > 0, "{report}");
+    }
+    // A second bench of the same size reuses the graph it built.
+    let again = run_sql_bench(settings).await.expect("bench runs again");
+    assert!(!again.built, "{again}");
+    assert_eq!(again.nodes, report.nodes);
 }

@@ -21,7 +21,7 @@ const REQUIREMENTS: &str = "tests/interop/requirements.txt";
 
 /// Whether the Python side can run: `true` if it can, `false` (after a note)
 /// if it cannot and `GRAPHLOOM_SKIP_INTEROP=1`; panics otherwise.
-fn python_ready() -> bool {
+pub(crate) fn python_ready() -> bool {
     let probe = Command::new("python3")
         .args(["-c", "import os, deltalake, duckdb, pyarrow; os._exit(0)"])
         .current_dir(repo())
