@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::error::Result;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 
 /// A function and the settings its family rebuilds it from.
@@ -61,6 +62,12 @@ impl ScalarUDFImpl for Portable {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         self.inner.inner().invoke_with_args(args)
+    }
+
+    // A function may rewrite itself at planning (the type filters become IN
+    // lists); wrapped, it must still be offered the chance.
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        self.inner.simplify(args, info)
     }
 }
 

@@ -943,4 +943,25 @@ mod tests {
         );
         assert!(cols[2].iter().all(Option::is_none));
     }
+
+    #[tokio::test]
+    async fn a_type_filter_wrapped_to_travel_still_becomes_an_in_list() {
+        let ctx = typed_session().await;
+        let udf = ctx.udf("entity_type_matches").expect("registered");
+        let wrapped =
+            crate::portable::wrap(udf.as_ref().clone(), "query", Arc::from(&b"unused"[..]));
+        ctx.register_udf(wrapped);
+        let plan = ctx
+            .sql("EXPLAIN SELECT count(*) FROM t WHERE entity_type_matches(u, 'Contract')")
+            .await
+            .expect("plan")
+            .collect()
+            .await
+            .expect("explain");
+        let plan = arrow::util::pretty::pretty_format_batches(&plan)
+            .expect("format")
+            .to_string();
+        assert!(!plan.contains("entity_type_matches"), "{plan}");
+        assert!(plan.contains("OrderForm"), "{plan}");
+    }
 }
