@@ -378,6 +378,14 @@ impl ScalarUDFImpl for HasLabel {
     }
 }
 
+/// The string types the functions compare in place, without a cast.
+fn is_text(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
 /// For each list of `lists`, whether it holds `wanted` (null for a null
 /// list); `None` when `lists` is not a list of values `wanted` converts to,
 /// so the caller falls back to casting.
@@ -404,10 +412,7 @@ fn lists_containing_in<O: OffsetSizeTrait>(
     let values = lists.values().slice(first, last - first);
     // The needle takes the values' own string type (Utf8, LargeUtf8 or
     // Utf8View, as the Parquet reader chose), so nothing is cast per row.
-    if !matches!(
-        values.data_type(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-    ) {
+    if !is_text(values.data_type()) {
         return Ok(None);
     }
     let Ok(needle) = wanted.cast_to(values.data_type()) else {
@@ -484,10 +489,7 @@ impl ScalarUDFImpl for TypeMatches {
             _ => return Ok(ExprSimplifyResult::Original(args)),
         };
         let value_type = info.get_data_type(&args[0])?;
-        if !matches!(
-            value_type,
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-        ) {
+        if !is_text(&value_type) {
             return Ok(ExprSimplifyResult::Original(args));
         }
         let mut names: BTreeSet<&str> = BTreeSet::from([wanted.as_str()]);
@@ -873,6 +875,20 @@ mod tests {
         ctx
     }
 
+    /// `EXPLAIN sql` as text.
+    async fn explain(ctx: &SessionContext, sql: &str) -> String {
+        let plan = ctx
+            .sql(&format!("EXPLAIN {sql}"))
+            .await
+            .expect("plan")
+            .collect()
+            .await
+            .expect("explain");
+        arrow::util::pretty::pretty_format_batches(&plan)
+            .expect("format")
+            .to_string()
+    }
+
     async fn column_values(ctx: &SessionContext, sql: &str) -> Vec<Vec<Option<bool>>> {
         let batches = ctx
             .sql(sql)
@@ -908,16 +924,11 @@ mod tests {
             cols[4].iter().all(Option::is_none),
             "NULL type matches nothing"
         );
-        let plan = ctx
-            .sql("EXPLAIN SELECT count(*) FROM t WHERE entity_type_matches(u, 'Contract')")
-            .await
-            .expect("plan")
-            .collect()
-            .await
-            .expect("explain");
-        let plan = arrow::util::pretty::pretty_format_batches(&plan)
-            .expect("format")
-            .to_string();
+        let plan = explain(
+            &ctx,
+            "SELECT count(*) FROM t WHERE entity_type_matches(u, 'Contract')",
+        )
+        .await;
         // The planner sees the closure's names (as an IN list, or as ORs
         // for a list this short), not an opaque function.
         assert!(!plan.contains("entity_type_matches"), "{plan}");
@@ -951,16 +962,11 @@ mod tests {
         let wrapped =
             crate::portable::wrap(udf.as_ref().clone(), "query", Arc::from(&b"unused"[..]));
         ctx.register_udf(wrapped);
-        let plan = ctx
-            .sql("EXPLAIN SELECT count(*) FROM t WHERE entity_type_matches(u, 'Contract')")
-            .await
-            .expect("plan")
-            .collect()
-            .await
-            .expect("explain");
-        let plan = arrow::util::pretty::pretty_format_batches(&plan)
-            .expect("format")
-            .to_string();
+        let plan = explain(
+            &ctx,
+            "SELECT count(*) FROM t WHERE entity_type_matches(u, 'Contract')",
+        )
+        .await;
         assert!(!plan.contains("entity_type_matches"), "{plan}");
         assert!(plan.contains("OrderForm"), "{plan}");
     }

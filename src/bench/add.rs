@@ -261,11 +261,7 @@ impl fmt::Display for AddBenchReport {
         writeln!(
             f,
             "bench add: {} build, {} cores",
-            if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            },
+            super::build_kind(),
             std::thread::available_parallelism().map_or(1, |n| n.get())
         )?;
         for s in &self.sizes {

@@ -26,6 +26,15 @@ use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::spec::LlmSpec;
 use crate::stage::Stage;
 
+/// "debug" or "release": which build the figures of a report come from.
+pub(crate) fn build_kind() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// Peak resident memory of this process since start or the last
 /// [`reset_peak_rss`], in bytes (`VmHWM`; `None` off Linux).
 pub(crate) fn peak_rss() -> Option<u64> {

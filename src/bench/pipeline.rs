@@ -740,11 +740,7 @@ impl fmt::Display for RunBenchReport {
         writeln!(
             f,
             "bench run: {} build, {} cores",
-            if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            },
+            super::build_kind(),
             self.cores
         )?;
         for s in &self.sizes {

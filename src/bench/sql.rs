@@ -10,6 +10,7 @@
 //! gives the start-up cost, which the report also subtracts. Both sides'
 //! answers are compared, so a faster wrong answer cannot pass unnoticed.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -145,39 +146,34 @@ pub struct SqlBenchReport {
 
 /// Runs the benchmark.
 pub async fn run_sql_bench(settings: SqlBench) -> Result<SqlBenchReport, BenchError> {
-    let step = |what: &str| {
-        let what = what.to_string();
-        move |e: String| BenchError::Step(format!("{what}: {e}"))
-    };
+    let step = |what: &str, e: String| BenchError::Step(format!("{what}: {e}"));
     let (graph, built) = match &settings.graph {
         Some(graph) => (graph.clone(), false),
         None => generated_graph(&settings).await?,
     };
     let store = GraphStore::open(&graph, &Default::default())
-        .map_err(|e| step("opening the graph")(e.to_string()))?;
+        .map_err(|e| step("opening the graph", e.to_string()))?;
     let snapshot = store
         .existing_snapshot()
         .await
-        .map_err(|e| step("reading the graph's last run")(e.to_string()))?;
-    let mut tables = serde_json::Map::new();
+        .map_err(|e| step("reading the graph's last run", e.to_string()))?;
+    // Each table's local file paths, by table name, as DuckDB gets them.
+    let mut tables: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut missing = None;
     for table in DUCKDB_TABLES {
         let uris = snapshot
             .file_uris(table)
-            .map_err(|e| step("listing the graph's files")(e.to_string()))?;
+            .map_err(|e| step("listing the graph's files", e.to_string()))?;
         let paths: Option<Vec<String>> = uris.iter().map(|u| local_path(u)).collect();
         match paths {
             Some(paths) if !paths.is_empty() => {
-                tables.insert(table.name().to_string(), paths.into());
+                tables.insert(table.name(), paths);
             }
             Some(_) => missing = Some(format!("the graph has no {} files", table.name())),
             None => missing = Some("DuckDB is compared on local graphs only".to_string()),
         }
     }
-    let node_paths: Vec<String> = tables
-        .get("nodes")
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default();
+    let node_paths = tables.get(Table::Nodes.name()).cloned().unwrap_or_default();
     let node_bytes = node_paths
         .iter()
         .filter_map(|p| std::fs::metadata(p).ok())
@@ -259,12 +255,14 @@ async fn generated_graph(settings: &SqlBench) -> Result<(String, bool), BenchErr
     Ok((url, true))
 }
 
-/// The local path of a file URI or path; `None` for remote stores.
+/// The local path of a file URI (percent-decoded) or path; `None` for
+/// remote stores.
 fn local_path(uri: &str) -> Option<String> {
-    if let Some(rest) = uri.strip_prefix("file://") {
-        return Some(rest.to_string());
+    if !uri.contains("://") {
+        return Some(uri.to_string());
     }
-    (!uri.contains("://")).then(|| uri.to_string())
+    let path = url::Url::parse(uri).ok()?.to_file_path().ok()?;
+    Some(path.to_str()?.to_string())
 }
 
 /// Why DuckDB cannot run here, if it cannot.
@@ -339,11 +337,7 @@ impl fmt::Display for SqlBenchReport {
         writeln!(
             f,
             "bench sql: {} build, {} cores; graph {}{}",
-            if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            },
+            super::build_kind(),
             std::thread::available_parallelism().map_or(1, |n| n.get()),
             self.graph,
             if self.built { " (built now)" } else { "" }
