@@ -27,7 +27,7 @@ use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType, is_relation_type_nam
 use crate::stage::{Stage, Timings};
 use crate::store::rows::{EdgeRow, FailureRow, NodeRow};
 use crate::store::{self, Changes, GraphStore, RunRow, RunStats, StoreError, Transaction};
-use crate::text::normalize_name;
+use crate::text::{NameKeys, normalize_name};
 use crate::values::{check_value, parse_time};
 
 /// Errors of the add command (bad lines are failures rows, not errors).
@@ -504,10 +504,13 @@ fn describe(kind: PropertyType) -> &'static str {
 }
 
 /// Loads `location` (JSON Lines; a path or an object store URL, read with
-/// `input_options` as storage options) into the graph as one run.
+/// `input_options` as storage options) into the graph as one run. Nodes
+/// are written with their name blocking keys under `name_keys` (from the
+/// spec's `[resolve]` settings, [`crate::spec::resolve::ResolveSpec::name_keys`]).
 pub async fn add_file(
     store: &GraphStore,
     ontology: &Ontology,
+    name_keys: &NameKeys,
     group_id: &str,
     location: &str,
     input_options: &std::collections::BTreeMap<String, String>,
@@ -527,6 +530,13 @@ pub async fn add_file(
         mark,
     )
     .await;
+    // Staging computes every node's blocking keys, CPU work timed with the
+    // commit.
+    let mark = Instant::now();
+    let outcome = outcome.and_then(|(changes, mut stats, implicit)| {
+        stats.ontology_hash = tx.stage_changes(&changes, ontology, name_keys)?;
+        Ok((changes, stats, implicit))
+    });
     let (changes, stats, implicit_nodes) = match outcome {
         Ok(o) => o,
         Err(e) => {
@@ -534,7 +544,6 @@ pub async fn add_file(
             return Err(e);
         }
     };
-    let mark = Instant::now();
     let run = tx.commit(stats).await?;
     timings.lap(Stage::Commit, mark);
     Ok(AddReport {
@@ -546,8 +555,7 @@ pub async fn add_file(
 }
 
 /// Reads the committed graph's largest short id, loads the lines into rows
-/// (off the async runtime: parsing is CPU work proportional to the file)
-/// and stages them.
+/// (off the async runtime: parsing is CPU work proportional to the file).
 async fn load(
     tx: &mut Transaction,
     ontology: &Ontology,
@@ -596,7 +604,6 @@ async fn load(
         nodes_added: changes.nodes.len() as i64,
         edges_added: changes.edges.len() as i64,
         failures: changes.failures.len() as i64,
-        ontology_hash: tx.stage_changes(&changes, ontology)?,
         ..RunStats::default()
     };
     timings.lap(Stage::Load, mark);

@@ -539,6 +539,11 @@ enum BenchCommand {
         /// --features testkit,cluster); its executors must reach --dir.
         #[arg(long, value_name = "df://HOST:PORT")]
         cluster: Option<String>,
+        /// Ignore the name keys stored with the nodes and compute every
+        /// node's folded name and band keys, as for a graph written before
+        /// keys were stored.
+        #[arg(long)]
+        computed_keys: bool,
     },
 }
 
@@ -881,6 +886,7 @@ async fn add_lines(pipeline: &Path, file: &str, graph: Option<&str>) -> Result<E
     let report = add::add_file(
         &store,
         &ontology,
+        &spec.resolve.name_keys(),
         &spec.output.group_id,
         file,
         &spec.output.storage_options,
@@ -1463,6 +1469,7 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
             lsh_rows,
             lsh_max_bucket,
             cluster,
+            computed_keys,
         } => {
             let cluster = cluster
                 .as_deref()
@@ -1492,6 +1499,7 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
                 repeat_share: repeat_share.clamp(0.0, 1.0 - existing_share.clamp(0.0, 1.0)),
                 spec,
                 cluster,
+                computed_keys,
             };
             let report = graphloom::bench::resolution::run_resolve_bench(settings).await?;
             out!("{report}");

@@ -86,7 +86,45 @@ pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
 
 /// Similarity of two normalised names: Jaccard of their 3-shingles.
 pub fn name_similarity(a: &str, b: &str) -> f64 {
-    jaccard(&shingle_hashes(a), &shingle_hashes(b))
+    // Resolution scores millions of candidate pairs of short names: their
+    // shingles fit on the stack, which saves four allocations a pair.
+    const STACK: usize = 64;
+    let (mut x, mut y) = ([0u64; STACK], [0u64; STACK]);
+    match (stack_shingles(a, &mut x), stack_shingles(b, &mut y)) {
+        (Some(n), Some(m)) => jaccard(&x[..n], &y[..m]),
+        _ => jaccard(&shingle_hashes(a), &shingle_hashes(b)),
+    }
+}
+
+/// [`shingle_hashes`] written into `buf`, sorted and without repeats;
+/// the count, or `None` when the name has more shingles than `buf` holds.
+fn stack_shingles(normalized: &str, buf: &mut [u64]) -> Option<usize> {
+    let space = u64::from(' ');
+    let mut chars = normalized
+        .chars()
+        .map(u64::from)
+        .chain(std::iter::once(space));
+    // The window starts at the leading pad and the first character.
+    let Some(first) = chars.next() else {
+        return Some(0);
+    };
+    let (mut w0, mut w1, mut n) = (space, first, 0usize);
+    for c in chars {
+        let slot = buf.get_mut(n)?;
+        *slot = splitmix((w0 << 42) ^ (w1 << 21) ^ c);
+        n += 1;
+        (w0, w1) = (w1, c);
+    }
+    let set = &mut buf[..n];
+    set.sort_unstable();
+    let mut kept = 0;
+    for i in 0..set.len() {
+        if i == 0 || set[i] != set[kept - 1] {
+            set[kept] = set[i];
+            kept += 1;
+        }
+    }
+    Some(kept)
 }
 
 /// Whether a name may be matched fuzzily. Names with digits are codes
@@ -187,6 +225,66 @@ pub fn name_band_keys(folded: &str, bands: usize, rows: usize) -> Vec<u64> {
         return Vec::new();
     }
     band_keys(&minhash(&shingle_hashes(folded), bands * rows), bands)
+}
+
+/// Version of the name blocking keys: raise it whenever [`fold_suffixes`],
+/// [`name_band_keys`] or the group salt change what they compute, so keys
+/// stored with older rows stop matching [`NameKeys::fingerprint`].
+const NAME_KEYS_VERSION: u32 = 1;
+
+/// The blocking keys resolution derives from a node's name under one set
+/// of settings: the folded name (joined on for exact matches) and the LSH
+/// band keys of the folded name, salted with the group (joined on for fuzzy
+/// matches). Nodes store them with a [`NameKeys::fingerprint`] of the
+/// settings, so a later run with the same settings reads them instead of
+/// recomputing ten million names' keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NameKeys {
+    suffixes: Vec<String>,
+    bands: usize,
+    rows: usize,
+}
+
+impl NameKeys {
+    /// Keys for these corporate suffixes and LSH shape (`bands` × `rows`).
+    pub fn new(suffixes: Vec<String>, bands: usize, rows: usize) -> Self {
+        NameKeys {
+            suffixes,
+            bands,
+            rows,
+        }
+    }
+
+    /// A short text that changes whenever the keys of some name would: the
+    /// key version, the suffixes and the LSH shape.
+    pub fn fingerprint(&self) -> String {
+        let mut text = format!("v{NAME_KEYS_VERSION};{}x{}", self.bands, self.rows);
+        for s in &self.suffixes {
+            // A separator no normalised name contains keeps ["a b"] and
+            // ["a", "b"] apart.
+            text.push('\u{1f}');
+            text.push_str(s);
+        }
+        format!("v{NAME_KEYS_VERSION}-{:016x}", fnv1a(text.bytes()))
+    }
+
+    /// The folded form of a normalised name (corporate suffixes dropped).
+    pub fn folded(&self, normalized: &str) -> String {
+        fold_suffixes(normalized, &self.suffixes)
+    }
+
+    /// The band keys of a folded name in `group`, as signed 64-bit values
+    /// (the bits of the unsigned keys; tables have no unsigned type). Empty
+    /// for names that never match fuzzily.
+    pub fn band_keys(&self, group: &str, folded: &str) -> Vec<i64> {
+        // The group is mixed into every key, so one join on the key alone
+        // keeps groups apart.
+        let salt = fnv1a(group.bytes());
+        name_band_keys(folded, self.bands, self.rows)
+            .into_iter()
+            .map(|k| (k ^ salt) as i64)
+            .collect()
+    }
 }
 
 /// Month names and their common abbreviations, for telling dates apart.
@@ -519,6 +617,58 @@ impl Pattern {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_allocation_free_similarity_scores_as_the_shingle_sets_do() {
+        let long = "international business machines corporation of the americas ".repeat(2);
+        let names = [
+            "",
+            "a",
+            "ab",
+            "acme",
+            "acme widgets",
+            "acme widget",
+            "aaa aaa",
+            "müller straße",
+            "東京 電力",
+            long.as_str(),
+            long.trim(),
+        ];
+        for a in names {
+            for b in names {
+                let heap = jaccard(&shingle_hashes(a), &shingle_hashes(b));
+                assert_eq!(name_similarity(a, b), heap, "{a:?} vs {b:?}");
+            }
+        }
+        // The long names overflow the stack buffer and take the other path.
+        assert!(stack_shingles(&long, &mut [0u64; 64]).is_none());
+        // " acme ": " ac", "acm", "cme", "me ".
+        assert_eq!(stack_shingles("acme", &mut [0u64; 64]), Some(4));
+    }
+
+    #[test]
+    fn stored_name_keys_change_with_the_settings_that_make_them() {
+        let keys = NameKeys::new(vec!["inc".into()], 10, 6);
+        assert_eq!(keys.folded("acme inc"), "acme");
+        let bands = keys.band_keys("g", "acme widgets");
+        assert_eq!(bands.len(), 10);
+        // Another group salts every key.
+        let other = keys.band_keys("h", "acme widgets");
+        assert!(bands.iter().zip(&other).all(|(a, b)| a != b));
+        // Codes get no band keys.
+        assert!(keys.band_keys("g", "po 4471").is_empty());
+        let fp = keys.fingerprint();
+        assert_eq!(fp, NameKeys::new(vec!["inc".into()], 10, 6).fingerprint());
+        for changed in [
+            NameKeys::new(vec!["inc".into(), "ltd".into()], 10, 6),
+            NameKeys::new(vec!["in".into(), "c".into()], 10, 6),
+            NameKeys::new(vec!["inc".into()], 12, 6),
+            NameKeys::new(vec!["inc".into()], 10, 5),
+        ] {
+            assert_ne!(changed.fingerprint(), fp);
+        }
+    }
+
     #[test]
     fn a_pattern_must_bound_its_repetitions() {
         assert!(Pattern::unbounded("^[a-z]+$"));

@@ -222,6 +222,7 @@ pub(crate) async fn load(
         let report = crate::add::add_file(
             &store,
             &ontology,
+            &spec.resolve.name_keys(),
             "bench",
             &input.display().to_string(),
             &Default::default(),

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder};
+use arrow::array::{
+    ArrayRef, Int64Array, Int64Builder, ListBuilder, RecordBatch, StringArray, StringBuilder,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use rand::rngs::StdRng;
@@ -53,6 +55,9 @@ pub struct ResolveBench {
     /// Resolve on this Ballista cluster instead of in this process (its
     /// executors read the nodes and the scratch tables under `dir`).
     pub cluster: Option<crate::cluster::ClusterUrl>,
+    /// Hide the nodes' stored name keys, so resolution computes every
+    /// node's keys (as for a graph written before keys were stored).
+    pub computed_keys: bool,
 }
 
 /// Syllables: onset + vowel + coda, 1,792 of them, so names share
@@ -232,7 +237,8 @@ fn variant(e: &Entity, rng: &mut StdRng) -> (MentionKey, &'static str) {
 }
 
 /// The columns of `nodes` that resolution reads: the mentions table's,
-/// with `node_id` and `short_id` in place of `mention_id`.
+/// with `node_id` and `short_id` in place of `mention_id`, then the stored
+/// name keys as `graphloom run` and `add` write them.
 fn nodes_schema() -> SchemaRef {
     let mut fields = vec![
         Field::new("node_id", DataType::Utf8, false),
@@ -245,8 +251,15 @@ fn nodes_schema() -> SchemaRef {
             .skip(1)
             .map(|f| f.as_ref().clone()),
     );
+    let nodes = crate::store::Table::Nodes.schema();
+    for key in KEY_COLUMNS {
+        fields.push(nodes.field_with_name(key).expect("a nodes column").clone());
+    }
     Arc::new(Schema::new(fields))
 }
+
+/// The stored name-key columns of `nodes` (see `crate::text::NameKeys`).
+const KEY_COLUMNS: [&str; 3] = ["name_folded", "name_band_keys", "name_keys_fingerprint"];
 
 const ROWS_PER_FILE: usize = 500_000;
 
@@ -257,8 +270,20 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
         .build();
     let mut writer = parquet::arrow::ArrowWriter::try_new(file, nodes_schema(), Some(props))?;
     let ids: Vec<u64> = range.collect();
+    // The keys a graph written under the default settings stores.
+    let keys = ResolveSpec::default().name_keys();
+    let fingerprint = keys.fingerprint();
     for chunk in ids.chunks(64 * 1024) {
         let es: Vec<Entity> = chunk.iter().map(|&i| entity(seed, i)).collect();
+        let folded: Vec<String> = es
+            .iter()
+            .map(|e| keys.folded(&normalize_name(&e.name)))
+            .collect();
+        let mut bands = ListBuilder::new(Int64Builder::new());
+        for f in &folded {
+            bands.values().append_slice(&keys.band_keys("bench", f));
+            bands.append(true);
+        }
         let mut labels = ListBuilder::new(StringBuilder::new());
         for e in &es {
             labels.values().append_value("Entity");
@@ -287,6 +312,14 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
             )),
             Arc::new(labels.finish()),
             Arc::new(StringArray::from_iter_values(es.iter().map(attributes))),
+            Arc::new(StringArray::from_iter_values(folded.iter())),
+            arrow::compute::cast(
+                &(Arc::new(bands.finish()) as ArrayRef),
+                nodes_schema().field_with_name(KEY_COLUMNS[1])?.data_type(),
+            )?,
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|_| fingerprint.as_str()),
+            )),
         ];
         writer.write(&RecordBatch::try_new(nodes_schema(), columns)?)?;
     }
@@ -299,7 +332,7 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
 fn ensure_nodes(dir: &Path, seed: u64, nodes: usize) -> Result<f64, BenchError> {
     let started = Instant::now();
     let marker = dir.join("_complete");
-    let stamp = format!("seed={seed} nodes={nodes} format=3");
+    let stamp = format!("seed={seed} nodes={nodes} format=4");
     if std::fs::read_to_string(&marker).is_ok_and(|s| s == stamp) {
         return Ok(0.0);
     }
@@ -512,14 +545,25 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     };
     if nodes > 0 {
         ctx.register_parquet(
-            "bench_nodes",
+            "bench_node_files",
             b.dir.to_string_lossy().as_ref(),
             ParquetReadOptions::default(),
         )
         .await?;
     } else {
-        ctx.register_batch("bench_nodes", RecordBatch::new_empty(nodes_schema()))?;
+        ctx.register_batch("bench_node_files", RecordBatch::new_empty(nodes_schema()))?;
     }
+    let columns: Vec<String> = nodes_schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|c| !(b.computed_keys && KEY_COLUMNS.contains(&c.as_str())))
+        .collect();
+    ctx.sql(&format!(
+        "CREATE VIEW bench_nodes AS SELECT {} FROM bench_node_files",
+        columns.join(", ")
+    ))
+    .await?;
     let identity: BTreeMap<String, Vec<String>> =
         [("Person".to_string(), vec!["email".to_string()])].into();
     // Peak memory of resolution only: reset the high-water mark first.

@@ -29,15 +29,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListBuilder, RecordBatch,
-    StringArray, StringBuilder, UInt64Builder,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, Int64Builder, ListBuilder,
+    RecordBatch, StringArray, StringBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 
-use super::{ResolveSpec, fold_suffixes, name_band_keys, name_similarity, normalize_name};
+use super::{ResolveSpec, fold_suffixes, name_similarity, normalize_name};
 
 /// Name under which [`resolve_entities`] expects the run's mentions.
 pub const MENTIONS_TABLE: &str = "resolve_mentions";
@@ -141,7 +141,10 @@ pub(super) fn string_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError
 /// properties of each type (`type → properties`). They are plain scalar
 /// functions, registrable on any `SessionContext`.
 pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec<ScalarUDF> {
-    let suffixes = Arc::new(spec.corporate_suffixes.clone());
+    // One set of keys behind both functions, as nodes store them
+    // (crate::text::NameKeys), so stored and computed keys agree.
+    let keys = Arc::new(spec.name_keys());
+    let folding = Arc::clone(&keys);
     let fold = create_udf(
         "fold_name",
         vec![DataType::Utf8],
@@ -153,33 +156,27 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
             let out: StringArray = names
                 .as_string::<i32>()
                 .iter()
-                .map(|n| n.map(|n| fold_suffixes(n, &suffixes)))
+                .map(|n| n.map(|n| folding.folded(n)))
                 .collect();
             Ok(ColumnarValue::Array(Arc::new(out)))
         }),
     );
-    let (bands, rows) = (spec.lsh_bands, spec.lsh_rows);
     let name_bands = create_udf(
         "name_bands",
         vec![DataType::Utf8, DataType::Utf8],
-        list_of(DataType::UInt64),
+        list_of(DataType::Int64),
         Volatility::Immutable,
         Arc::new(move |args: &[ColumnarValue]| {
             let arrays = ColumnarValue::values_to_arrays(args)?;
             let (groups, names) = (strings(&arrays[0])?, strings(&arrays[1])?);
-            let mut out = ListBuilder::new(UInt64Builder::new());
+            let mut out = ListBuilder::new(Int64Builder::new());
             for (g, n) in groups
                 .as_string::<i32>()
                 .iter()
                 .zip(names.as_string::<i32>().iter())
             {
                 if let (Some(g), Some(n)) = (g, n) {
-                    // The group is mixed into every key, so one join on
-                    // the key alone keeps groups apart.
-                    let salt = group_salt(g);
-                    for k in name_band_keys(n, bands, rows) {
-                        out.values().append_value(k ^ salt);
-                    }
+                    out.values().append_slice(&keys.band_keys(g, n));
                 }
                 out.append(true);
             }
@@ -252,11 +249,6 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
         }),
     );
     vec![fold, name_bands, similarity, compatible, identity_keys]
-}
-
-/// A hash of a group id, mixed into band keys.
-fn group_salt(group: &str) -> u64 {
-    crate::text::fnv1a(group.bytes())
 }
 
 /// Marks an identity property whose different values do not keep two
@@ -366,11 +358,13 @@ pub async fn candidates(
     vectors: &[Option<Arc<[f32]>>],
 ) -> Result<Vec<Pair>, DataFusionError> {
     let m = MENTIONS_TABLE;
+    let (folded, bands) = node_keys(ctx, nodes, spec).await?;
     let node_side = format!(
-        "SELECT short_id AS target, group_id, name, fold_name(name_normalized) AS folded, type, labels, attributes FROM {nodes}"
+        "SELECT short_id AS target, group_id, name, {folded} AS folded, {bands} AS bands, type, labels, attributes FROM {nodes}"
     );
     let mention_side = format!(
-        "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}"
+        "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, \
+         name_bands(group_id, fold_name(name_normalized)) AS bands, type, labels, attributes FROM {m}"
     );
     // Mentions of a type with a record-linkage rule are matched by it
     // alone (`linkage_pairs`), not by these joins.
@@ -383,6 +377,9 @@ pub async fn candidates(
         "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}{unlinked}"
     );
     let mut out = Vec::new();
+    if spec.fuzzy {
+        probe_bands(ctx, &probe).await?;
+    }
     for (side, is_mention) in [(node_side, false), (mention_side, true)] {
         // Mention pairs are symmetric: keep each once.
         let order = if is_mention {
@@ -473,11 +470,7 @@ pub async fn candidates(
                 };
                 format!("{kind:?} candidate join against {side}")
             };
-            let batches = match ctx.sql(&sql).await {
-                Ok(frame) => frame.collect().await,
-                Err(e) => Err(e),
-            }
-            .map_err(|e| e.context(what()))?;
+            let (_, batches) = run_sql(ctx, &sql).await.map_err(|e| e.context(what()))?;
             for b in &batches {
                 decode_pairs(b, kind, is_mention, &mut out)?;
             }
@@ -491,16 +484,7 @@ pub async fn candidates(
         if spec.fuzzy {
             let started = std::time::Instant::now();
             let before = out.len();
-            let raw = if is_mention {
-                format!(
-                    "SELECT mention_id AS target, group_id, name, name_normalized, type, labels, attributes FROM {m}"
-                )
-            } else {
-                format!(
-                    "SELECT short_id AS target, group_id, name, name_normalized, type, labels, attributes FROM {nodes}"
-                )
-            };
-            fuzzy_pairs(ctx, &probe, &side, &raw, is_mention, spec, &mut out).await?;
+            fuzzy_pairs(ctx, &probe, &side, is_mention, spec, &mut out).await?;
             tracing::debug!(
                 "Fuzzy candidates against {}: {} pairs in {:.2} s",
                 if is_mention { "mentions" } else { nodes },
@@ -509,6 +493,7 @@ pub async fn candidates(
             );
         }
     }
+    let _ = ctx.deregister_table(PB);
     if !spec.linkage.is_empty() {
         super::linkage::linkage_pairs(ctx, nodes, &spec.linkage, mentions, &mut out).await?;
     }
@@ -525,6 +510,41 @@ pub async fn candidates(
     Ok(out)
 }
 
+/// The SQL expressions for the folded name and the band keys of a row of
+/// `nodes`: the stored keys where the row's fingerprint is that of the
+/// current settings, computed otherwise (rows written before keys were
+/// stored, or under other suffixes or LSH shape). A table without the key
+/// columns (a graph written by an older graphloom) computes them all.
+async fn node_keys(
+    ctx: &SessionContext,
+    nodes: &str,
+    spec: &ResolveSpec,
+) -> Result<(String, String), DataFusionError> {
+    let computed_folded = "fold_name(name_normalized)";
+    let computed_bands = "name_bands(group_id, fold_name(name_normalized))";
+    let schema = ctx
+        .table(nodes)
+        .await
+        .map_err(|e| e.context(format!("reading the schema of {nodes}")))?
+        .schema()
+        .clone();
+    let stored = ["name_folded", "name_band_keys", "name_keys_fingerprint"]
+        .iter()
+        .all(|c| schema.has_column_with_unqualified_name(c));
+    if !stored {
+        return Ok((computed_folded.into(), computed_bands.into()));
+    }
+    // The fingerprint is hex and a version tag: nothing to escape.
+    let current = format!(
+        "name_keys_fingerprint = '{}'",
+        spec.name_keys().fingerprint()
+    );
+    Ok((
+        format!("CASE WHEN {current} THEN name_folded ELSE {computed_folded} END"),
+        format!("CASE WHEN {current} THEN name_band_keys ELSE {computed_bands} END"),
+    ))
+}
+
 /// Runs `sql` and keeps its result as the in-memory table `name`, its
 /// batches spread over the session's partitions for parallel work.
 pub(super) async fn materialize(
@@ -535,6 +555,27 @@ pub(super) async fn materialize(
     materialize_inner(ctx, name, sql)
         .await
         .map_err(|e| e.context(format!("building the scratch table {name}")))
+}
+
+/// Plans and runs `sql`, returning its schema and rows. At trace level
+/// (`RUST_LOG=graphloom=trace`) it logs the executed plan with each
+/// operator's metrics (rows, time), which is where a slow step shows why.
+pub(super) async fn run_sql(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<(SchemaRef, Vec<RecordBatch>), DataFusionError> {
+    let frame = ctx.sql(sql).await?;
+    let schema = Arc::clone(frame.schema().inner());
+    let plan = frame.create_physical_plan().await?;
+    let batches = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    if tracing::enabled!(tracing::Level::TRACE) {
+        let shown = datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+            plan.as_ref(),
+        )
+        .indent(true);
+        tracing::trace!("executed plan:\n{shown}");
+    }
+    Ok((schema, batches))
 }
 
 /// Registers `batch` as the scratch table `name`, sliced over the
@@ -569,9 +610,7 @@ async fn materialize_inner(
     name: &str,
     sql: &str,
 ) -> Result<(), DataFusionError> {
-    let df = ctx.sql(sql).await?;
-    let schema = Arc::clone(df.schema().inner());
-    let batches = df.collect().await?;
+    let (schema, batches) = run_sql(ctx, sql).await?;
     register_batches(ctx, name, schema, batches).await
 }
 
@@ -619,8 +658,8 @@ pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
     Some(settings_udfs(&spec, &identity))
 }
 
-/// Fuzzy candidates. The band keys of the mentions are computed once and
-/// kept; the target side is scanned once, keeping only keys some mention
+/// Fuzzy candidates. The band keys of the mentions are computed once, for
+/// both sides, and kept in [`PB`]; the target side is scanned once, keeping only keys some mention
 /// has. Keys shared by more than `lsh_max_bucket` names are dropped (they
 /// come from common syllables and would pair everything in them with
 /// everything). Names, chains and scores are joined back only for the
@@ -629,26 +668,14 @@ async fn fuzzy_pairs(
     ctx: &SessionContext,
     probe: &str,
     side: &str,
-    raw: &str,
     is_mention: bool,
     spec: &ResolveSpec,
     out: &mut Vec<Pair>,
 ) -> Result<(), DataFusionError> {
-    const PB: &str = "resolve_probe_bands";
     const TB: &str = "resolve_target_bands";
+    const BIG: &str = "resolve_big_bands";
+    const SCORED: &str = "resolve_scored_pairs";
     let t0 = std::time::Instant::now();
-    materialize(
-        ctx,
-        PB,
-        &format!(
-            "SELECT mention_id AS id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})"
-        ),
-    )
-    .await?;
-    tracing::debug!(
-        "fuzzy: probe band keys at {:.2} s",
-        t0.elapsed().as_secs_f64()
-    );
     let targets = if is_mention {
         PB
     } else {
@@ -657,7 +684,7 @@ async fn fuzzy_pairs(
             TB,
             &format!(
                 "SELECT x.target AS id, x.band FROM (SELECT DISTINCT band FROM {PB}) pb \
-                 JOIN (SELECT target, unnest(name_bands(group_id, folded)) AS band FROM ({side})) x \
+                 JOIN (SELECT target, unnest(bands) AS band FROM ({side})) x \
                  ON x.band = pb.band"
             ),
         )
@@ -668,45 +695,90 @@ async fn fuzzy_pairs(
         );
         TB
     };
+    // Keys shared by more than the cap: few (well under 1% of keys), so
+    // they are kept once and anti-joined, rather than semi-joining the
+    // millions of small ones.
     let counted = if is_mention {
         format!("SELECT band FROM {PB}")
     } else {
         format!("SELECT band FROM {PB} UNION ALL SELECT band FROM {TB}")
     };
-    let order = if is_mention {
-        "AND c.mention_id < c.target"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "WITH small AS (SELECT band FROM ({counted}) GROUP BY band HAVING count(*) <= {cap}), \
-         p AS (SELECT b.id, b.band FROM {PB} b JOIN small ON b.band = small.band), \
-         t AS (SELECT b.id, b.band FROM {targets} b JOIN small ON b.band = small.band), \
-         pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target FROM p JOIN t ON p.band = t.band \
-           WHERE p.id <> t.id OR {not_mention}), \
-         c AS (SELECT pairs.mention_id, pairs.target, s.name, s.labels, m.labels AS mention_labels, \
-           m.folded AS mf, fold_name(s.name_normalized) AS sf, s.type, s.attributes \
-           FROM pairs JOIN ({probe}) m ON m.mention_id = pairs.mention_id \
-           JOIN ({raw}) s ON s.target = pairs.target) \
-         SELECT mention_id, target, name_similarity(mf, sf) AS score, CAST(1 AS BIGINT) AS n, name, labels, \
-           identity_keys(type, attributes) AS ids FROM c \
-         WHERE mf <> sf AND name_similarity(mf, sf) >= {grey} \
-           AND chains_compatible(mention_labels, labels) {order}",
-        cap = spec.lsh_max_bucket,
-        grey = spec.grey_band_min,
-        not_mention = !is_mention,
-    );
-    let batches = match ctx.sql(&sql).await {
-        Ok(frame) => frame.collect().await,
-        Err(e) => Err(e),
-    }
-    .map_err(|e| e.context("scoring fuzzy candidate pairs"))?;
+    materialize(
+        ctx,
+        BIG,
+        &format!(
+            "SELECT band FROM ({counted}) GROUP BY band HAVING count(*) > {cap}",
+            cap = spec.lsh_max_bucket
+        ),
+    )
+    .await?;
+    // Mention pairs are symmetric: each is kept once, before scoring.
+    let keep = if is_mention { "p.id < t.id" } else { "true" };
+    // Scored on the folded names alone, which keeps about one pair in
+    // sixty; names, chains and identity keys are joined only to those (a
+    // join carrying them for every pair cost three times as much). The
+    // score is computed only where the folded names differ (equal ones are
+    // the name join's).
+    materialize(
+        ctx,
+        SCORED,
+        &format!(
+            "WITH p AS (SELECT b.id, b.band FROM {PB} b LEFT ANTI JOIN {BIG} g ON b.band = g.band), \
+             t AS (SELECT b.id, b.band FROM {targets} b LEFT ANTI JOIN {BIG} g ON b.band = g.band), \
+             pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target FROM p JOIN t ON p.band = t.band \
+               WHERE {keep}), \
+             scored AS (SELECT pairs.mention_id, pairs.target, \
+               CASE WHEN m.folded <> s.folded THEN name_similarity(m.folded, s.folded) END AS score \
+               FROM pairs JOIN (SELECT mention_id, folded FROM ({probe})) m ON m.mention_id = pairs.mention_id \
+               JOIN (SELECT target, folded FROM ({side})) s ON s.target = pairs.target) \
+             SELECT mention_id, target, score FROM scored WHERE score >= {grey}",
+            grey = spec.grey_band_min,
+        ),
+    )
+    .await?;
     tracing::debug!("fuzzy: scored pairs at {:.2} s", t0.elapsed().as_secs_f64());
+    let sql = format!(
+        "SELECT k.mention_id, k.target, k.score, CAST(1 AS BIGINT) AS n, s.name, s.labels, \
+           identity_keys(s.type, s.attributes) AS ids \
+         FROM {SCORED} k JOIN ({probe}) m ON m.mention_id = k.mention_id \
+         JOIN ({side}) s ON s.target = k.target \
+         WHERE chains_compatible(m.labels, s.labels)"
+    );
+    let (_, batches) = run_sql(ctx, &sql)
+        .await
+        .map_err(|e| e.context("joining names and chains to fuzzy candidate pairs"))?;
+    tracing::debug!(
+        "fuzzy: chains checked at {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
     for b in &batches {
         decode_pairs(b, Kind::Fuzzy, is_mention, out)?;
     }
-    let _ = ctx.deregister_table(PB);
     let _ = ctx.deregister_table(TB);
+    let _ = ctx.deregister_table(BIG);
+    let _ = ctx.deregister_table(SCORED);
+    Ok(())
+}
+
+/// Name of the scratch table of the probing mentions' band keys (`id`,
+/// `band`), built once by [`probe_bands`] for both sides' fuzzy joins.
+const PB: &str = "resolve_probe_bands";
+
+/// Builds [`PB`] from the probing mentions.
+async fn probe_bands(ctx: &SessionContext, probe: &str) -> Result<(), DataFusionError> {
+    let t0 = std::time::Instant::now();
+    materialize(
+        ctx,
+        PB,
+        &format!(
+            "SELECT mention_id AS id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})"
+        ),
+    )
+    .await?;
+    tracing::debug!(
+        "fuzzy: probe band keys in {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

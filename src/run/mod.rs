@@ -351,7 +351,8 @@ async fn attempt(
         Ok(Outcome::Done(done)) => {
             let (changes, mut stats) = *done;
             let mark = Instant::now();
-            stats.ontology_hash = tx.stage_changes(&changes, job.ontology)?;
+            stats.ontology_hash =
+                tx.stage_changes(&changes, job.ontology, &job.spec.resolve.name_keys())?;
             report.run = Some(tx.commit(stats).await?);
             report.timings.lap(Stage::Commit, mark);
             Ok(None)

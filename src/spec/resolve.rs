@@ -432,6 +432,16 @@ impl ResolveSpec {
         self.linkage.iter().any(|l| chain.contains(&l.entity_type))
     }
 
+    /// The name blocking keys these settings give (suffix folding and the
+    /// LSH shape), as nodes store them.
+    pub fn name_keys(&self) -> crate::text::NameKeys {
+        crate::text::NameKeys::new(
+            self.corporate_suffixes.clone(),
+            self.lsh_bands,
+            self.lsh_rows,
+        )
+    }
+
     /// Problems with the values, as (key, message) pairs.
     pub fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();

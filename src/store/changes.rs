@@ -6,15 +6,20 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, StringArray};
-use arrow::datatypes::Int64Type;
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Builder, ListBuilder, RecordBatch, StringArray, StringBuilder,
+};
+use arrow::datatypes::{DataType, Int64Type};
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::logical_expr::JoinType;
 use datafusion::prelude::{SessionContext, col};
 
 use super::rows::{self, EdgeRow, EpisodeRow, FailureRow, LlmCallRow, NodeRow};
-use super::{Result, Table, Transaction, WriteMode, step};
+use rayon::prelude::*;
+
+use super::{Result, StoreError, Table, Transaction, WriteMode, step};
 use crate::ontology::Ontology;
+use crate::text::NameKeys;
 
 /// The rows a command adds or replaces. Empty vectors write nothing.
 #[derive(Debug, Default)]
@@ -41,8 +46,15 @@ pub struct Changes {
 impl Transaction {
     /// Stages `changes`, and the ontology's four tables when its hash
     /// differs from the last completed run's. Returns that hash, for the
-    /// `runs` row.
-    pub fn stage_changes(&mut self, changes: &Changes, ontology: &Ontology) -> Result<String> {
+    /// `runs` row. Every node row is written with its name blocking keys
+    /// under `keys` (the resolve settings in effect), so later runs with
+    /// the same settings read them instead of recomputing them.
+    pub fn stage_changes(
+        &mut self,
+        changes: &Changes,
+        ontology: &Ontology,
+        keys: &NameKeys,
+    ) -> Result<String> {
         let merge_or_append = |merge: bool, key| {
             if merge {
                 WriteMode::Upsert(key)
@@ -71,7 +83,7 @@ impl Transaction {
             (
                 Table::Nodes,
                 nodes_mode,
-                rows::to_batch(Table::Nodes, &changes.nodes)?,
+                with_name_keys(rows::to_batch(Table::Nodes, &changes.nodes)?, keys)?,
             ),
             (
                 Table::Edges,
@@ -106,6 +118,60 @@ impl Transaction {
             }
         }
         Ok(hash)
+    }
+}
+
+/// `batch` (rows of `nodes`) with its three name-key columns filled under
+/// `keys`. Folding and MinHash are CPU work proportional to the rows,
+/// spread over rayon's threads.
+fn with_name_keys(batch: RecordBatch, keys: &NameKeys) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let column = |name: &str| -> Result<(usize, ArrayRef)> {
+        let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
+        let strings = arrow::compute::cast(batch.column(i), &DataType::Utf8)
+            .map_err(|e| encode_err(name, e))?;
+        Ok((i, strings))
+    };
+    let (_, groups) = column("group_id")?;
+    let (_, names) = column("name_normalized")?;
+    let (groups, names) = (groups.as_string::<i32>(), names.as_string::<i32>());
+    let computed: Vec<(String, Vec<i64>)> = (0..batch.num_rows())
+        .into_par_iter()
+        .map(|i| {
+            let folded = keys.folded(names.value(i));
+            let bands = keys.band_keys(groups.value(i), &folded);
+            (folded, bands)
+        })
+        .collect();
+    let mut folded = StringBuilder::new();
+    let mut bands = ListBuilder::new(Int64Builder::new());
+    for (f, b) in &computed {
+        folded.append_value(f);
+        bands.values().append_slice(b);
+        bands.append(true);
+    }
+    let fingerprint = keys.fingerprint();
+    let fingerprints = StringArray::from_iter_values(computed.iter().map(|_| fingerprint.as_str()));
+    let mut columns = batch.columns().to_vec();
+    for (name, array) in [
+        ("name_folded", Arc::new(folded.finish()) as ArrayRef),
+        ("name_band_keys", Arc::new(bands.finish())),
+        ("name_keys_fingerprint", Arc::new(fingerprints)),
+    ] {
+        let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
+        // The builder's list field must be the schema's to be accepted.
+        columns[i] = arrow::compute::cast(&array, schema.field(i).data_type())
+            .map_err(|e| encode_err(name, e))?;
+    }
+    RecordBatch::try_new(schema, columns).map_err(|e| encode_err("name keys", e))
+}
+
+fn encode_err(what: &str, source: arrow::error::ArrowError) -> StoreError {
+    StoreError::Encode {
+        table: Table::Nodes.name(),
+        source: arrow::error::ArrowError::InvalidArgumentError(format!(
+            "filling the name keys ({what}): {source}"
+        )),
     }
 }
 

@@ -953,6 +953,9 @@ impl Transaction {
                     )
                     .with_source_alias("source")
                     .with_target_alias("target")
+                    // As for appends: the merge adds columns an older
+                    // graphloom did not write (e.g. the nodes' name keys).
+                    .with_merge_schema(evolve)
                     .with_commit_properties(props)
                     .when_matched_update(|mut u| {
                         for c in &columns {

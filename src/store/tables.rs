@@ -124,6 +124,18 @@ impl Table {
                 ),
                 text("origin"),
                 text("run_id"),
+                // Last, and nullable: added after graphs were written
+                // without them (see GraphStore's schema evolution). The
+                // name's blocking keys under the settings fingerprinted in
+                // `name_keys_fingerprint` (crate::text::NameKeys); null or
+                // another fingerprint means resolution computes them.
+                text_null("name_folded"),
+                Field::new(
+                    "name_band_keys",
+                    DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
+                    true,
+                ),
+                text_null("name_keys_fingerprint"),
             ],
             Table::NodeLabels => vec![
                 text("node_id"),

@@ -98,6 +98,7 @@ async fn bad_lines_become_failures_and_good_lines_still_load() {
     let report = graphloom::add::add_file(
         &store,
         &ontology,
+        &spec.resolve.name_keys(),
         &spec.output.group_id,
         file.to_str().expect("utf-8"),
         &Default::default(),
@@ -170,6 +171,7 @@ async fn added_nodes_are_not_deduplicated_across_calls() {
     graphloom::add::add_file(
         &store,
         &ontology,
+        &spec.resolve.name_keys(),
         &spec.output.group_id,
         common::facts_file().to_str().expect("utf-8"),
         &Default::default(),

@@ -348,6 +348,7 @@ async fn resolution_on_the_cluster_makes_the_same_merges_as_in_process() {
         repeat_share: 0.2,
         spec: graphloom::resolve::ResolveSpec::default(),
         cluster,
+        computed_keys: false,
     };
     let local = graphloom::bench::resolution::run_resolve_bench(bench(None))
         .await

@@ -38,6 +38,7 @@ pub async fn procurement_graph(dir: &Path) -> GraphStore {
     let report = graphloom::add::add_file(
         &store,
         &ontology,
+        &spec.resolve.name_keys(),
         &spec.output.group_id,
         facts_file().to_str().expect("utf-8 path"),
         &Default::default(),

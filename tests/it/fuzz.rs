@@ -2533,6 +2533,7 @@ fn fuzz_add_lines_load_or_fail_with_their_line_and_reason() {
             .block_on(graphloom::add::add_file(
                 &store,
                 &ontology,
+                &graphloom::resolve::ResolveSpec::default().name_keys(),
                 "default",
                 &input,
                 &BTreeMap::new(),

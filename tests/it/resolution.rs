@@ -80,6 +80,84 @@ async fn corporate_suffix_case_and_punctuation_variants_merge() {
     );
 }
 
+/// Resolves `mentions` against one committed company node whose stored
+/// name keys say `stored_folded` under `fingerprint`, while its name
+/// ("Zork Industries") folds to something else.
+async fn resolve_against_stored_keys(
+    stored_folded: &str,
+    fingerprint: &str,
+    mentions: &[MentionKey],
+) -> Resolved {
+    let spec = ResolveSpec::default();
+    let identity = BTreeMap::new();
+    let ctx = SessionContext::new();
+    for f in graphloom::resolve::entities::udfs(&spec, &identity) {
+        ctx.register_udf(f);
+    }
+    ctx.sql(&format!(
+        "CREATE VIEW nodes AS SELECT CAST(1 AS BIGINT) AS short_id, 'g' AS group_id, \
+         'Zork Industries' AS name, 'zork industries' AS name_normalized, 'Company' AS type, \
+         make_array('Entity', 'Company') AS labels, '{{}}' AS attributes, \
+         '{stored_folded}' AS name_folded, name_bands('g', '{stored_folded}') AS name_band_keys, \
+         '{fingerprint}' AS name_keys_fingerprint"
+    ))
+    .await
+    .expect("view");
+    let (clusters, _) = resolve_entities(&ctx, "nodes", mentions, &[], &spec, &identity)
+        .await
+        .expect("resolution runs");
+    clusters.finish()
+}
+
+#[tokio::test]
+async fn stored_name_keys_are_read_under_the_current_settings_and_ignored_under_others() {
+    let current = ResolveSpec::default().name_keys().fingerprint();
+    let mentions = [key("Acme", &["Company"], "{}")];
+    // The stored folded name is what the name join compares: a mention
+    // named as the stored key (not as the node) finds the node.
+    let r = resolve_against_stored_keys("acme", &current, &mentions).await;
+    assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
+    // Keys stored under other settings (another suffix list, LSH shape or
+    // key version) are recomputed from the name: no match.
+    let r = resolve_against_stored_keys("acme", "v0-stale", &mentions).await;
+    assert_eq!(node_of(&r, 0), None, "{r:?}");
+    // And recomputed keys match the name itself.
+    let by_name = [key("Zork Industries Inc.", &["Company"], "{}")];
+    let r = resolve_against_stored_keys("acme", "v0-stale", &by_name).await;
+    assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
+}
+
+#[tokio::test]
+async fn stored_and_computed_name_keys_find_the_same_candidates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bench = |computed_keys: bool| graphloom::bench::resolution::ResolveBench {
+        mentions: 3_000,
+        nodes: 6_000,
+        seed: 13,
+        dir: dir.path().join("nodes"),
+        existing_share: 0.5,
+        repeat_share: 0.2,
+        spec: ResolveSpec::default(),
+        cluster: None,
+        computed_keys,
+    };
+    let stored = graphloom::bench::resolution::run_resolve_bench(bench(false))
+        .await
+        .expect("with stored keys");
+    let computed = graphloom::bench::resolution::run_resolve_bench(bench(true))
+        .await
+        .expect("with computed keys");
+    // Fuzzy pairs exist, so the stored band keys were joined on.
+    assert!(
+        stored.pairs.get("fuzzy").copied().unwrap_or(0) > 0,
+        "{stored}"
+    );
+    assert_eq!(stored.pairs, computed.pairs);
+    assert_eq!(stored.node_merges, computed.node_merges);
+    assert_eq!(stored.pair_merges, computed.pair_merges);
+    assert_eq!(stored.ambiguous, computed.ambiguous);
+}
+
 #[tokio::test]
 async fn an_identity_property_matches_under_another_name() {
     let committed = [key(
@@ -299,6 +377,7 @@ async fn the_resolve_bench_reports_precise_merges_on_synthetic_data() {
             repeat_share: 0.2,
             spec: ResolveSpec::default(),
             cluster: None,
+            computed_keys: false,
         },
     )
     .await

@@ -333,3 +333,93 @@ async fn a_graph_with_tables_but_no_completed_run_reads_as_empty() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("last completed run: none"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_written_without_name_keys_take_keyed_merges_and_appends() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = GraphStore::open(dir.path().to_str().expect("utf-8"), &Default::default())
+        .expect("open graph");
+    // The nodes table as an older graphloom wrote it: no name-key columns.
+    let old_node = node("old", "Acme Corp");
+    let batch = rows::to_batch(Table::Nodes, std::slice::from_ref(&old_node)).expect("batch");
+    let columns: Vec<usize> = (0..batch.num_columns() - 3).collect();
+    let old = batch.project(&columns).expect("old columns");
+    assert!(old.schema().field_with_name("name_folded").is_err());
+    let url = store.table_url(Table::Nodes);
+    deltalake::DeltaTableBuilder::from_url(url.clone())
+        .expect("builder")
+        .with_storage_backend(store.object_store(), url)
+        .build()
+        .expect("table")
+        .write(vec![old])
+        .with_save_mode(deltalake::protocol::SaveMode::ErrorIfExists)
+        .await
+        .expect("the old table");
+
+    // One run updates the old node in place (a MERGE) and adds another.
+    let (spec, ontology) = common::procurement();
+    let keys = spec.resolve.name_keys();
+    let mut updated = old_node.clone();
+    updated.name = "ACME Corp.".into();
+    updated.name_normalized = "acme corp".into();
+    let mut added = node("new", "Globex Widgets Ltd");
+    added.name_normalized = "globex widgets ltd".into();
+    added.short_id = 2;
+    let changes = graphloom::store::Changes {
+        nodes: vec![updated, added],
+        updated_node_ids: vec![old_node.node_id.clone()],
+        ..Default::default()
+    };
+    let mut tx = store.begin("test", "g").await.expect("begin");
+    let ontology_hash = tx.stage_changes(&changes, &ontology, &keys).expect("stage");
+    tx.commit(RunStats {
+        ontology_hash,
+        ..RunStats::default()
+    })
+    .await
+    .expect("commit");
+
+    let ctx = datafusion::prelude::SessionContext::new();
+    store
+        .snapshot()
+        .await
+        .expect("snapshot")
+        .register(&ctx)
+        .await
+        .expect("register");
+    let batches = ctx
+        .sql(
+            "SELECT name, name_folded, name_band_keys, name_keys_fingerprint \
+             FROM nodes ORDER BY short_id",
+        )
+        .await
+        .expect("query")
+        .collect()
+        .await
+        .expect("rows");
+    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).expect("concat");
+    use arrow::array::{Array, AsArray};
+    let text = |i: usize| {
+        let a = arrow::compute::cast(batch.column(i), &arrow::datatypes::DataType::Utf8)
+            .expect("strings");
+        (0..a.len())
+            .map(|r| a.as_string::<i32>().value(r).to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(text(0), ["ACME Corp.", "Globex Widgets Ltd"]);
+    assert_eq!(text(1), ["acme", "globex widgets"]);
+    assert_eq!(text(3), [keys.fingerprint(), keys.fingerprint()]);
+    let bands = batch.column(2).as_list::<i32>();
+    for (row, folded) in ["acme", "globex widgets"].into_iter().enumerate() {
+        let stored = bands.value(row);
+        let stored =
+            arrow::compute::cast(&stored, &arrow::datatypes::DataType::Int64).expect("ints");
+        let stored: Vec<i64> = stored
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(stored, keys.band_keys("g", folded), "{folded}");
+    }
+    // The longer name is fuzzy-eligible, so its band keys are there.
+    assert_eq!(bands.value(1).len(), 10);
+}
