@@ -225,10 +225,15 @@ fn open(graph: &Path) -> GraphStore {
 /// Everything a user sees of the graph, without ids and run times;
 /// nothing for a graph with no completed run yet (or none at all).
 async fn content(graph: &Path) -> Vec<Vec<Value>> {
-    if !graph.join("runs").exists() {
-        return Vec::new();
+    // A kill can land while the first run creates the tables: a `runs`
+    // directory without a log is no graph yet either.
+    let store = open(graph);
+    match store.require_graph().await {
+        Ok(()) => {}
+        Err(graphloom::store::StoreError::NoGraph { .. }) => return Vec::new(),
+        Err(e) => panic!("reading {}: {e}", graph.display()),
     }
-    let tables = crate::run_pipeline::content(&open(graph)).await;
+    let tables = crate::run_pipeline::content(&store).await;
     if tables.iter().all(Vec::is_empty) {
         return Vec::new();
     }
