@@ -275,13 +275,19 @@ pub fn identity_names(t: &crate::ontology::EntityTypeSpec) -> Vec<String> {
 /// object, values normalised like names. Unreadable JSON has none. A
 /// property named with [`MAY_CHANGE`] in front is looked up without it.
 pub fn identity_values(props: &[String], attributes: &str) -> Vec<String> {
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_str(attributes) else {
-        return Vec::new();
+    use serde::de::DeserializeSeed;
+    // Resolution reads this for every committed node of a type with
+    // identity properties (millions): only the wanted values are built,
+    // the rest of the object is skipped as it is parsed.
+    let mut parser = serde_json::Deserializer::from_str(attributes);
+    let found = match Wanted(props).deserialize(&mut parser) {
+        Ok(found) if parser.end().is_ok() => found,
+        _ => return Vec::new(),
     };
     let mut out = Vec::new();
-    for p in props {
-        let value = match map.get(p.trim_start_matches(MAY_CHANGE)) {
-            Some(serde_json::Value::String(v)) => normalize_name(v),
+    for (p, value) in props.iter().zip(found) {
+        let value = match value {
+            Some(serde_json::Value::String(v)) => normalize_name(&v),
             Some(serde_json::Value::Null) | None => continue,
             Some(other) => normalize_name(&other.to_string()),
         };
@@ -290,6 +296,66 @@ pub fn identity_values(props: &[String], attributes: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Reads a JSON object keeping the values of `props` (by position; the
+/// last of repeated keys wins, as in a parsed map) and skipping the rest.
+struct Wanted<'p>(&'p [String]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Wanted<'_> {
+    type Value = Vec<Option<serde_json::Value>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Wanted<'_> {
+    type Value = Vec<Option<serde_json::Value>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = vec![None; self.0.len()];
+        while let Some(slot) = map.next_key_seed(KeySlot(self.0))? {
+            match slot {
+                Some(i) => found[i] = Some(map.next_value()?),
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A key of [`Wanted`]'s object: the position of the property it names,
+/// compared without copying the key.
+struct KeySlot<'p>(&'p [String]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySlot<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for KeySlot<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a property name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self
+            .0
+            .iter()
+            .position(|p| p.trim_start_matches(MAY_CHANGE) == key))
+    }
 }
 
 /// What a candidate pair points at.
@@ -1551,5 +1617,31 @@ mod tests {
         let props = vec!["~email".to_string(), "po_number".to_string()];
         let got = identity_values(&props, r#"{"email": "D@Acme.test", "po_number": "PO-1"}"#);
         assert_eq!(got, ["~email=d acme test", "po_number=po 1"]);
+    }
+
+    #[test]
+    fn identity_values_skip_other_attributes_and_read_as_a_parsed_object_would() {
+        let props = vec!["email".to_string(), "code".to_string()];
+        let read = |json: &str| identity_values(&props, json);
+        // Other keys (nested, escaped) are skipped; the wanted ones come in
+        // the properties' order whatever the object's.
+        assert_eq!(
+            read(r#"{"code": 42, "note": {"a": [1, "x"]}, "t\u00e9": "y", "email": "A@B.test"}"#),
+            ["email=a b test", "code=42"]
+        );
+        // The last of a repeated key wins; null and empty values give none.
+        assert_eq!(
+            read(r#"{"email": "a@x.test", "email": "b@x.test"}"#),
+            ["email=b x test"]
+        );
+        assert!(read(r#"{"email": null, "code": ""}"#).is_empty());
+        // An escaped key is still the property it spells.
+        assert_eq!(read(r#"{"em\u0061il": "c@x.test"}"#), ["email=c x test"]);
+        // Not an object, or not JSON (trailing text included): none.
+        for bad in [r#"["email"]"#, r#""email""#, "{", r#"{"email": "a"} x"#, ""] {
+            assert!(read(bad).is_empty(), "{bad}");
+        }
+        // A non-string value is its JSON text, folded.
+        assert_eq!(read(r#"{"code": {"b": 1, "a": 2}}"#), ["code=b 1 a 2"]);
     }
 }
