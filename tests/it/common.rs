@@ -78,3 +78,26 @@ pub fn ok(mut cmd: std::process::Command, what: &str) -> String {
     assert!(out.status.success(), "{}", describe(what, &out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Writes `rows` (rows of `table`) as the table's first version with only
+/// its first `columns` columns, as an older graphloom that lacked the
+/// later ones wrote it.
+pub async fn write_older_table(
+    store: &GraphStore,
+    table: graphloom::store::Table,
+    rows: arrow::array::RecordBatch,
+    columns: usize,
+) {
+    let kept: Vec<usize> = (0..columns).collect();
+    let old = rows.project(&kept).expect("the older columns");
+    let url = store.table_url(table);
+    deltalake::DeltaTableBuilder::from_url(url.clone())
+        .expect("builder")
+        .with_storage_backend(store.object_store(), url)
+        .build()
+        .expect("table")
+        .write(vec![old])
+        .with_save_mode(deltalake::protocol::SaveMode::ErrorIfExists)
+        .await
+        .expect("the older table");
+}

@@ -16,6 +16,8 @@ use graphloom::store::{GraphStore, RunStats, Table, WriteMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::common;
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[allow(dead_code)]
 struct Answer {
@@ -427,19 +429,9 @@ async fn an_llm_calls_table_written_without_the_endpoint_column_takes_new_rows()
         .expect("open graph");
     // The table as an older graphloom wrote it: every column but the last.
     let batch = rows::to_batch(Table::LlmCalls, &[call_row("a-old", None)]).expect("batch");
-    let old: Vec<usize> = (0..batch.num_columns() - 1).collect();
-    let old = batch.project(&old).expect("old columns");
-    assert!(old.schema().field_with_name("endpoint").is_err());
-    let url = store.table_url(Table::LlmCalls);
-    deltalake::DeltaTableBuilder::from_url(url.clone())
-        .expect("builder")
-        .with_storage_backend(store.object_store(), url)
-        .build()
-        .expect("table")
-        .write(vec![old])
-        .with_save_mode(deltalake::protocol::SaveMode::ErrorIfExists)
-        .await
-        .expect("the old table");
+    let columns = batch.schema().index_of("endpoint").expect("endpoint");
+    assert_eq!(columns, batch.num_columns() - 1);
+    common::write_older_table(&store, Table::LlmCalls, batch, columns).await;
 
     let mut tx = store.begin("test", "default").await.expect("begin");
     let new = rows::to_batch(

@@ -342,19 +342,12 @@ async fn nodes_written_without_name_keys_take_keyed_merges_and_appends() {
     // The nodes table as an older graphloom wrote it: no name-key columns.
     let old_node = node("old", "Acme Corp");
     let batch = rows::to_batch(Table::Nodes, std::slice::from_ref(&old_node)).expect("batch");
-    let columns: Vec<usize> = (0..batch.num_columns() - 3).collect();
-    let old = batch.project(&columns).expect("old columns");
-    assert!(old.schema().field_with_name("name_folded").is_err());
-    let url = store.table_url(Table::Nodes);
-    deltalake::DeltaTableBuilder::from_url(url.clone())
-        .expect("builder")
-        .with_storage_backend(store.object_store(), url)
-        .build()
-        .expect("table")
-        .write(vec![old])
-        .with_save_mode(deltalake::protocol::SaveMode::ErrorIfExists)
-        .await
-        .expect("the old table");
+    let columns = batch
+        .schema()
+        .index_of("name_folded")
+        .expect("key columns last");
+    assert_eq!(columns, batch.num_columns() - 3);
+    common::write_older_table(&store, Table::Nodes, batch, columns).await;
 
     // One run updates the old node in place (a MERGE) and adds another.
     let (spec, ontology) = common::procurement();
