@@ -623,6 +623,37 @@ pub(super) async fn materialize(
         .map_err(|e| e.context(format!("building the scratch table {name}")))
 }
 
+/// Lets the candidate joins hold their run side (the mentions and what is
+/// derived from them, a few rows per mention) in one shared hash table and
+/// stream the committed nodes past it, instead of hash-partitioning both
+/// sides: at 10M nodes that spares every node row a repartition in each
+/// join. Returns the session's thresholds, for [`restore_join_thresholds`].
+fn broadcast_run_side(ctx: &SessionContext, mentions: usize) -> (usize, usize) {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let optimizer = &mut state.config_mut().options_mut().optimizer;
+    let before = (
+        optimizer.hash_join_single_partition_threshold,
+        optimizer.hash_join_single_partition_threshold_rows,
+    );
+    // Room for the mentions' band keys (ten per mention) and their
+    // pairs; bytes are only known for some inputs, and then about 100
+    // bytes a row.
+    let rows = before.1.max(mentions.saturating_mul(12));
+    optimizer.hash_join_single_partition_threshold_rows = rows;
+    optimizer.hash_join_single_partition_threshold = before.0.max(rows.saturating_mul(128));
+    before
+}
+
+/// Puts back the thresholds [`broadcast_run_side`] changed.
+fn restore_join_thresholds(ctx: &SessionContext, (bytes, rows): (usize, usize)) {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let optimizer = &mut state.config_mut().options_mut().optimizer;
+    optimizer.hash_join_single_partition_threshold = bytes;
+    optimizer.hash_join_single_partition_threshold_rows = rows;
+}
+
 /// Plans and runs `sql`, returning its schema and rows. At trace level
 /// (`RUST_LOG=graphloom=trace`) it logs the executed plan with each
 /// operator's metrics (rows, time), which is where a slow step shows why.
@@ -1460,7 +1491,12 @@ pub async fn resolve_entities(
             .map(|&i| vectors.get(i).cloned().flatten())
             .collect()
     };
-    let pairs = candidates(ctx, nodes, spec, identity, mentions, &distinct_vectors).await?;
+    let pairs = {
+        let before = broadcast_run_side(ctx, mentions.len());
+        let pairs = candidates(ctx, nodes, spec, identity, mentions, &distinct_vectors).await;
+        restore_join_thresholds(ctx, before);
+        pairs?
+    };
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
     let multiword = mentions
         .iter()
