@@ -232,6 +232,10 @@ pub fn name_band_keys(folded: &str, bands: usize, rows: usize) -> Vec<u64> {
 /// stored with older rows stop matching [`NameKeys::fingerprint`].
 const NAME_KEYS_VERSION: u32 = 1;
 
+/// The `nodes` columns that store a node's [`NameKeys`]: the folded name,
+/// its band keys and the settings' fingerprint.
+pub const NAME_KEY_COLUMNS: [&str; 3] = ["name_folded", "name_band_keys", "name_keys_fingerprint"];
+
 /// The blocking keys resolution derives from a node's name under one set
 /// of settings: the folded name (joined on for exact matches) and the LSH
 /// band keys of the folded name, salted with the group (joined on for fuzzy

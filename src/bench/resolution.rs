@@ -22,9 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{
-    ArrayRef, Int64Array, Int64Builder, ListBuilder, RecordBatch, StringArray, StringBuilder,
-};
+use arrow::array::{ArrayRef, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use rand::rngs::StdRng;
@@ -33,6 +31,7 @@ use rayon::prelude::*;
 
 use crate::resolve::entities::{MentionKey, Resolved, Target, mentions_schema, resolve_entities};
 use crate::resolve::{ResolveSpec, normalize_name};
+use crate::text::NAME_KEY_COLUMNS;
 
 /// Settings of `graphloom bench resolve`.
 #[derive(Debug, Clone)]
@@ -252,14 +251,11 @@ fn nodes_schema() -> SchemaRef {
             .map(|f| f.as_ref().clone()),
     );
     let nodes = crate::store::Table::Nodes.schema();
-    for key in KEY_COLUMNS {
+    for key in NAME_KEY_COLUMNS {
         fields.push(nodes.field_with_name(key).expect("a nodes column").clone());
     }
     Arc::new(Schema::new(fields))
 }
-
-/// The stored name-key columns of `nodes` (see `crate::text::NameKeys`).
-const KEY_COLUMNS: [&str; 3] = ["name_folded", "name_band_keys", "name_keys_fingerprint"];
 
 const ROWS_PER_FILE: usize = 500_000;
 
@@ -272,18 +268,11 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
     let ids: Vec<u64> = range.collect();
     // The keys a graph written under the default settings stores.
     let keys = ResolveSpec::default().name_keys();
-    let fingerprint = keys.fingerprint();
     for chunk in ids.chunks(64 * 1024) {
         let es: Vec<Entity> = chunk.iter().map(|&i| entity(seed, i)).collect();
-        let folded: Vec<String> = es
-            .iter()
-            .map(|e| keys.folded(&normalize_name(&e.name)))
-            .collect();
-        let mut bands = ListBuilder::new(Int64Builder::new());
-        for f in &folded {
-            bands.values().append_slice(&keys.band_keys("bench", f));
-            bands.append(true);
-        }
+        let groups = StringArray::from_iter_values(chunk.iter().map(|_| "bench"));
+        let normalized = StringArray::from_iter_values(es.iter().map(|e| normalize_name(&e.name)));
+        let key_columns = crate::store::name_key_columns(&keys, &groups, &normalized);
         let mut labels = ListBuilder::new(StringBuilder::new());
         for e in &es {
             labels.values().append_value("Entity");
@@ -292,35 +281,26 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
             }
             labels.append(true);
         }
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(
                 chunk.iter().map(|i| format!("node-{seed}-{i}")),
             )),
             Arc::new(Int64Array::from_iter_values(
                 chunk.iter().map(|&i| i as i64),
             )),
-            Arc::new(StringArray::from_iter_values(chunk.iter().map(|_| "bench"))),
+            Arc::new(groups),
             Arc::new(StringArray::from_iter_values(
                 es.iter().map(|e| e.name.as_str()),
             )),
-            Arc::new(StringArray::from_iter_values(
-                es.iter().map(|e| normalize_name(&e.name)),
-            )),
+            Arc::new(normalized),
             Arc::new(StringArray::from_iter_values(
                 es.iter()
                     .map(|e| e.chain.last().map_or("Entity", String::as_str)),
             )),
             Arc::new(labels.finish()),
             Arc::new(StringArray::from_iter_values(es.iter().map(attributes))),
-            Arc::new(StringArray::from_iter_values(folded.iter())),
-            arrow::compute::cast(
-                &(Arc::new(bands.finish()) as ArrayRef),
-                nodes_schema().field_with_name(KEY_COLUMNS[1])?.data_type(),
-            )?,
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|_| fingerprint.as_str()),
-            )),
         ];
+        columns.extend(key_columns);
         writer.write(&RecordBatch::try_new(nodes_schema(), columns)?)?;
     }
     writer.close()?;
@@ -557,7 +537,7 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         .fields()
         .iter()
         .map(|f| f.name().clone())
-        .filter(|c| !(b.computed_keys && KEY_COLUMNS.contains(&c.as_str())))
+        .filter(|c| !(b.computed_keys && NAME_KEY_COLUMNS.contains(&c.as_str())))
         .collect();
     ctx.sql(&format!(
         "CREATE VIEW bench_nodes AS SELECT {} FROM bench_node_files",

@@ -37,7 +37,7 @@ use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 
-use super::{ResolveSpec, fold_suffixes, name_similarity, normalize_name};
+use super::{ResolveSpec, name_similarity, normalize_name};
 
 /// Name under which [`resolve_entities`] expects the run's mentions.
 pub const MENTIONS_TABLE: &str = "resolve_mentions";
@@ -594,7 +594,7 @@ async fn node_keys(
         .map_err(|e| e.context(format!("reading the schema of {nodes}")))?
         .schema()
         .clone();
-    let stored = ["name_folded", "name_band_keys", "name_keys_fingerprint"]
+    let stored = crate::text::NAME_KEY_COLUMNS
         .iter()
         .all(|c| schema.has_column_with_unqualified_name(c));
     if !stored {
@@ -756,8 +756,8 @@ pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
 }
 
 /// Fuzzy candidates. The band keys of the mentions are computed once, for
-/// both sides, and kept in [`PB`]; the target side is scanned once, keeping only keys some mention
-/// has. Keys shared by more than `lsh_max_bucket` names are dropped (they
+/// both sides, and kept in [`PB`]; the target side is scanned once,
+/// keeping only keys some mention has. Keys shared by more than `lsh_max_bucket` names are dropped (they
 /// come from common syllables and would pair everything in them with
 /// everything). Names, chains and scores are joined back only for the
 /// candidate pairs.
@@ -1498,9 +1498,10 @@ pub async fn resolve_entities(
         pairs?
     };
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
+    let keys = spec.name_keys();
     let multiword = mentions
         .iter()
-        .map(|m| fold_suffixes(&normalize_name(&m.name), &spec.corporate_suffixes).contains(' '))
+        .map(|m| keys.folded(&normalize_name(&m.name)).contains(' '))
         .collect();
     let ids = mentions
         .iter()

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use super::{Result, StoreError, Table, Transaction, WriteMode, step};
 use crate::ontology::Ontology;
-use crate::text::NameKeys;
+use crate::text::{NAME_KEY_COLUMNS, NameKeys};
 
 /// The rows a command adds or replaces. Empty vectors write nothing.
 #[derive(Debug, Default)]
@@ -122,23 +122,36 @@ impl Transaction {
 }
 
 /// `batch` (rows of `nodes`) with its three name-key columns filled under
-/// `keys`. Folding and MinHash are CPU work proportional to the rows,
-/// spread over rayon's threads.
+/// `keys` ([`name_key_columns`]).
 fn with_name_keys(batch: RecordBatch, keys: &NameKeys) -> Result<RecordBatch> {
     let schema = batch.schema();
-    let column = |name: &str| -> Result<(usize, ArrayRef)> {
+    let strings = |name: &str| -> Result<ArrayRef> {
         let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
-        let strings = arrow::compute::cast(batch.column(i), &DataType::Utf8)
-            .map_err(|e| encode_err(name, e))?;
-        Ok((i, strings))
+        arrow::compute::cast(batch.column(i), &DataType::Utf8).map_err(|e| encode_err(name, e))
     };
-    let (_, groups) = column("group_id")?;
-    let (_, names) = column("name_normalized")?;
-    let (groups, names) = (groups.as_string::<i32>(), names.as_string::<i32>());
-    let computed: Vec<(String, Vec<i64>)> = (0..batch.num_rows())
+    let (groups, names) = (strings("group_id")?, strings("name_normalized")?);
+    let computed = name_key_columns(keys, groups.as_string(), names.as_string());
+    let mut columns = batch.columns().to_vec();
+    for (name, array) in NAME_KEY_COLUMNS.into_iter().zip(computed) {
+        let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
+        columns[i] = array;
+    }
+    RecordBatch::try_new(schema, columns).map_err(|e| encode_err("name keys", e))
+}
+
+/// The three name-key columns of `nodes` ([`NAME_KEY_COLUMNS`], in the
+/// table's types) for rows of these groups and normalised names. Folding
+/// and MinHash are CPU work proportional to the rows, spread over rayon's
+/// threads.
+pub fn name_key_columns(
+    keys: &NameKeys,
+    groups: &StringArray,
+    names_normalized: &StringArray,
+) -> [ArrayRef; 3] {
+    let computed: Vec<(String, Vec<i64>)> = (0..names_normalized.len())
         .into_par_iter()
         .map(|i| {
-            let folded = keys.folded(names.value(i));
+            let folded = keys.folded(names_normalized.value(i));
             let bands = keys.band_keys(groups.value(i), &folded);
             (folded, bands)
         })
@@ -152,18 +165,11 @@ fn with_name_keys(batch: RecordBatch, keys: &NameKeys) -> Result<RecordBatch> {
     }
     let fingerprint = keys.fingerprint();
     let fingerprints = StringArray::from_iter_values(computed.iter().map(|_| fingerprint.as_str()));
-    let mut columns = batch.columns().to_vec();
-    for (name, array) in [
-        ("name_folded", Arc::new(folded.finish()) as ArrayRef),
-        ("name_band_keys", Arc::new(bands.finish())),
-        ("name_keys_fingerprint", Arc::new(fingerprints)),
-    ] {
-        let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
-        // The builder's list field must be the schema's to be accepted.
-        columns[i] = arrow::compute::cast(&array, schema.field(i).data_type())
-            .map_err(|e| encode_err(name, e))?;
-    }
-    RecordBatch::try_new(schema, columns).map_err(|e| encode_err("name keys", e))
+    [
+        Arc::new(folded.finish()),
+        Arc::new(bands.finish()),
+        Arc::new(fingerprints),
+    ]
 }
 
 fn encode_err(what: &str, source: arrow::error::ArrowError) -> StoreError {

@@ -42,7 +42,7 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use url::Url;
 
-pub use changes::{Changes, max_short_id, unseen_episodes};
+pub use changes::{Changes, max_short_id, name_key_columns, unseen_episodes};
 pub use lock::{LockInfo, host_name};
 pub use rows::RunRow;
 pub use tables::Table;

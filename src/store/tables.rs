@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+use crate::text::NAME_KEY_COLUMNS;
+
 /// One table of the graph; each is a Delta table in its own directory
 /// under the graph root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,13 +131,13 @@ impl Table {
                 // name's blocking keys under the settings fingerprinted in
                 // `name_keys_fingerprint` (crate::text::NameKeys); null or
                 // another fingerprint means resolution computes them.
-                text_null("name_folded"),
+                text_null(NAME_KEY_COLUMNS[0]),
                 Field::new(
-                    "name_band_keys",
+                    NAME_KEY_COLUMNS[1],
                     DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
                     true,
                 ),
-                text_null("name_keys_fingerprint"),
+                text_null(NAME_KEY_COLUMNS[2]),
             ],
             Table::NodeLabels => vec![
                 text("node_id"),

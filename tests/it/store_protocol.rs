@@ -372,47 +372,39 @@ async fn nodes_written_without_name_keys_take_keyed_merges_and_appends() {
     .await
     .expect("commit");
 
-    let ctx = datafusion::prelude::SessionContext::new();
-    store
-        .snapshot()
-        .await
-        .expect("snapshot")
-        .register(&ctx)
-        .await
-        .expect("register");
-    let batches = ctx
-        .sql(
-            "SELECT name, name_folded, name_band_keys, name_keys_fingerprint \
-             FROM nodes ORDER BY short_id",
+    let rows = crate::run_pipeline::query(
+        &store,
+        "SELECT name, name_folded, name_band_keys, name_keys_fingerprint \
+         FROM nodes ORDER BY short_id",
+    )
+    .await;
+    let stored: Vec<(String, String, Vec<i64>, String)> = rows
+        .iter()
+        .map(|r| {
+            serde_json::from_value(serde_json::json!([
+                r["name"],
+                r["name_folded"],
+                r["name_band_keys"],
+                r["name_keys_fingerprint"]
+            ]))
+            .expect("a keyed row")
+        })
+        .collect();
+    let expected: Vec<(String, String, Vec<i64>, String)> = [
+        ("ACME Corp.", "acme"),
+        ("Globex Widgets Ltd", "globex widgets"),
+    ]
+    .into_iter()
+    .map(|(name, folded)| {
+        (
+            name.to_string(),
+            folded.to_string(),
+            keys.band_keys("g", folded),
+            keys.fingerprint(),
         )
-        .await
-        .expect("query")
-        .collect()
-        .await
-        .expect("rows");
-    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).expect("concat");
-    use arrow::array::{Array, AsArray};
-    let text = |i: usize| {
-        let a = arrow::compute::cast(batch.column(i), &arrow::datatypes::DataType::Utf8)
-            .expect("strings");
-        (0..a.len())
-            .map(|r| a.as_string::<i32>().value(r).to_string())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(text(0), ["ACME Corp.", "Globex Widgets Ltd"]);
-    assert_eq!(text(1), ["acme", "globex widgets"]);
-    assert_eq!(text(3), [keys.fingerprint(), keys.fingerprint()]);
-    let bands = batch.column(2).as_list::<i32>();
-    for (row, folded) in ["acme", "globex widgets"].into_iter().enumerate() {
-        let stored = bands.value(row);
-        let stored =
-            arrow::compute::cast(&stored, &arrow::datatypes::DataType::Int64).expect("ints");
-        let stored: Vec<i64> = stored
-            .as_primitive::<arrow::datatypes::Int64Type>()
-            .values()
-            .to_vec();
-        assert_eq!(stored, keys.band_keys("g", folded), "{folded}");
-    }
+    })
+    .collect();
+    assert_eq!(stored, expected);
     // The longer name is fuzzy-eligible, so its band keys are there.
-    assert_eq!(bands.value(1).len(), 10);
+    assert_eq!(stored[1].2.len(), 10);
 }
