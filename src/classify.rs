@@ -290,7 +290,7 @@ pub async fn walk_entities(
                 let props = ontology
                     .entity_types
                     .get(&item.subtype)
-                    .map(|t| t.properties.clone())
+                    .map(|t| spec.properties.of(t))
                     .unwrap_or_default();
                 // Properties of the new last type replace the parent's.
                 // Grounded in what the walk showed: the name and its context
@@ -332,9 +332,10 @@ fn entity_request(
     let mut subtypes: Vec<(String, Vec<PropertySpec>)> = Vec::new();
     for c in &children {
         if let Some(t) = ontology.entity_types.get(c) {
-            types.push_str(&describe_type(c, &t.description, &t.properties));
+            let asked = spec.properties.of(t);
+            types.push_str(&describe_type(c, &t.description, &asked));
             types.push('\n');
-            subtypes.push((c.clone(), t.properties.clone()));
+            subtypes.push((c.clone(), asked));
         }
     }
     let most_properties = subtypes.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
@@ -343,9 +344,14 @@ fn entity_request(
         .get(&batch.parent)
         .map(|t| t.description.trim().to_string())
         .unwrap_or_default();
+    let values = if most_properties > 0 {
+        "For the chosen subtype, also give the values of its properties that the item's text states; leave out the rest. "
+    } else {
+        ""
+    };
     let system = format!(
         "Each item below is an entity already classified as {parent} ({parent_description}). Choose for each item the subtype of {parent} that fits it, or \"{NONE}\" when no subtype fits or its text does not say enough to tell. The subtypes do not overlap.\n\
-         For the chosen subtype, also give the values of its properties that the item's text states; leave out the rest. Write the JSON compactly on one line.\n\n\
+         {values}Write the JSON compactly on one line.\n\n\
          SUBTYPES OF {parent}:\n{types}",
         parent = batch.parent
     );
@@ -371,7 +377,7 @@ fn entity_request(
                 .min(spec.entity_max_tokens.max(512) * 2),
             prompt_version: PROMPT_VERSION.into(),
         },
-        reply_schema(&subtypes, true, batch.members.len()),
+        reply_schema(&subtypes, most_properties > 0, batch.members.len()),
     )
 }
 

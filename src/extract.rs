@@ -26,7 +26,7 @@ use crate::stage::Stage;
 use crate::text::normalize_name;
 use crate::values::{coerce_text, parse_time};
 
-pub use crate::spec::extract::ExtractSpec;
+pub use crate::spec::extract::{AskedProperties, ExtractSpec};
 
 /// Version of the extraction prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "extract-v2";
@@ -445,6 +445,9 @@ pub struct Prompts {
     fact_task: String,
     fact_task_by_source: String,
     type_words: Vec<String>,
+    /// The words the ontology's type descriptions write in lower case
+    /// ("customer", "supplier", "employee"): roles and kinds, not names.
+    role_words: std::collections::HashSet<String>,
 }
 
 impl Prompts {
@@ -452,11 +455,12 @@ impl Prompts {
     pub fn new(ontology: &Ontology, spec: &ExtractSpec) -> Self {
         Prompts {
             system: system_prompt(ontology, spec),
-            entity_task: entity_task(),
+            entity_task: entity_task(spec),
             entity_schema: entity_schema(ontology, spec),
             fact_task: fact_task(ontology, spec, false),
             fact_task_by_source: fact_task(ontology, spec, true),
-            type_words: ontology.entity_types.keys().map(|k| type_word(k)).collect(),
+            type_words: type_words(ontology),
+            role_words: role_words(ontology),
         }
     }
 
@@ -487,11 +491,77 @@ impl Prompts {
     }
 }
 
+/// The lower-case words of the ontology's type descriptions ("A business
+/// organisation such as a customer, a supplier or a reseller"): a
+/// one-word name among them is a role or a kind, however a contract
+/// capitalises it as a defined term ("the Customer"). Capitalised words
+/// of a description (an example name) are not taken.
+fn role_words(ontology: &Ontology) -> std::collections::HashSet<String> {
+    let descriptions = ontology
+        .entity_types
+        .values()
+        .map(|t| t.description.as_str())
+        .chain(ontology.edge_types.values().map(|t| t.description.as_str()));
+    let mut out = std::collections::HashSet::new();
+    for d in descriptions {
+        for w in crate::text::words(d) {
+            if w.chars().all(|c| c.is_lowercase()) {
+                out.insert(w.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` is one word (after a leading "the") that the type
+/// descriptions write in lower case.
+fn is_role_word(role_words: &std::collections::HashSet<String>, name: &str) -> bool {
+    let words: Vec<String> = crate::text::words(name).map(str::to_lowercase).collect();
+    let words = match words.split_first() {
+        Some((first, rest)) if first == "the" => rest,
+        _ => &words[..],
+    };
+    matches!(words, [one] if role_words.contains(one))
+}
+
 /// A name as a type word: folded, without spaces, so that "Order Form"
 /// and "purchase order" are recognised as the types `OrderForm` and
 /// `PurchaseOrder`, not names of entities.
 fn type_word(name: &str) -> String {
     normalize_name(name).replace(' ', "")
+}
+
+/// The type words of `ontology`'s entity types: each name as a
+/// [`type_word`], and an acronym type (`MSA`, `SLA`: a name in capitals)
+/// also as `acronym:` and its letters, to be matched by the initials of
+/// the words that spell it out ("Master Services Agreement").
+fn type_words(ontology: &Ontology) -> Vec<String> {
+    let mut out: Vec<String> = ontology.entity_types.keys().map(|k| type_word(k)).collect();
+    for k in ontology.entity_types.keys() {
+        if k.len() >= 2 && k.chars().all(|c| c.is_ascii_uppercase()) {
+            out.push(format!("acronym:{}", k.to_ascii_lowercase()));
+        }
+    }
+    out
+}
+
+/// Whether `name` spells one of `type_words` ([`type_words`]): as a
+/// type word, or, when it is two or more words of letters, by its
+/// initials as an acronym type.
+fn spells_a_type(type_words: &[String], name: &str) -> bool {
+    if type_words.contains(&type_word(name)) {
+        return true;
+    }
+    let words: Vec<&str> = crate::text::words(name).collect();
+    if words.len() < 2 || !words.iter().all(|w| w.chars().all(char::is_alphabetic)) {
+        return false;
+    }
+    let initials: String = words
+        .iter()
+        .filter_map(|w| w.chars().next())
+        .flat_map(char::to_lowercase)
+        .collect();
+    type_words.contains(&format!("acronym:{initials}"))
 }
 
 /// The `max_tokens` of an entity call: `extract.entity_max_tokens`, or
@@ -551,8 +621,9 @@ fn dropped(stage: Stage, episode: &Episode, notes: Vec<String>) -> Vec<Rejected>
 fn system_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
     let mut types = String::new();
     for t in ontology.entity_tree.top_level() {
-        if let Some(spec) = ontology.entity_types.get(&t.name) {
-            types.push_str(&describe_type(&t.name, &spec.description, &spec.properties));
+        if let Some(ts) = ontology.entity_types.get(&t.name) {
+            let asked = spec.properties.of(ts);
+            types.push_str(&describe_type(&t.name, &ts.description, &asked));
             types.push('\n');
         }
     }
@@ -573,14 +644,19 @@ fn system_prompt(ontology: &Ontology, spec: &ExtractSpec) -> String {
 }
 
 /// The task of entity calls, written after the episode.
-fn entity_task() -> String {
+fn entity_task(spec: &ExtractSpec) -> String {
+    let attributes = match spec.properties {
+        AskedProperties::None => "",
+        AskedProperties::All | AskedProperties::Identity => {
+            "\n- attributes: only property values the episode writes out, copied from it; leave out every property it does not write."
+        }
+    };
     format!(
         "TASK: list the named entities the CURRENT EPISODE mentions.\n\
          - Each distinct entity once, under the most complete name the current episode gives it, written exactly as in the text (keep codes and numbers such as order numbers).\n\
          - Only entities named or uniquely identified in the current episode; previous episodes only help to resolve pronouns and short references.\n\
          - Dates, amounts, quantities, statuses and generic nouns are not entities. Never use a type name as an entity name.\n\
-         - type: the entity type whose description fits; {ENTITY_LABEL} when none fits.\n\
-         - attributes: only property values the episode writes out, copied from it; leave out every property it does not write."
+         - type: the entity type whose description fits; {ENTITY_LABEL} when none fits.{attributes}"
     )
 }
 
@@ -622,7 +698,7 @@ fn entity_schema(ontology: &Ontology, spec: &ExtractSpec) -> Value {
             continue;
         };
         let mut properties = json!({"name": name, "type": {"type": "string", "enum": [t.name]}});
-        if let Some(attributes) = attributes_schema(&ts.properties) {
+        if let Some(attributes) = attributes_schema(&spec.properties.of(ts)) {
             properties["attributes"] = attributes;
         }
         shapes.push(json!({
@@ -694,7 +770,17 @@ pub async fn extract_entities(
     let mut seen: HashMap<String, usize> = HashMap::new();
     let type_words = &prompts.type_words;
     let lower = episode.content.to_lowercase();
-    let written: Vec<&str> = crate::text::words(&episode.content).collect();
+    // The texts the model was shown, each as its words: a name it lifted
+    // from the context is judged by how the context writes it.
+    let context_shown: Vec<String> = context
+        .iter()
+        .map(|c| c.content.chars().take(spec.context_chars).collect())
+        .collect();
+    let shown: Vec<Vec<&str>> = std::iter::once(episode.content.as_str())
+        .chain(context_shown.iter().map(String::as_str))
+        .map(|text| crate::text::words(text).collect())
+        .collect();
+    let shown: Vec<&[&str]> = shown.iter().map(Vec::as_slice).collect();
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
         let name = e
@@ -729,14 +815,20 @@ pub async fn extract_entities(
             rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
             continue;
         }
-        if spec.reject_descriptions && crate::text::common_noun(&name, &written) {
+        if spec.reject_descriptions && crate::text::common_noun(&name, &shown) {
             rejected.push(reject(format!(
-                "`{name}` is written only in lower case in the episode: a common noun, not a name"
+                "`{name}` is written only in lower case in the episode and its context: a common noun, not a name"
             )));
             continue;
         }
-        if type_words.contains(&type_word(&name)) || normalized == normalize_name(ENTITY_LABEL) {
+        if spells_a_type(type_words, &name) || normalized == normalize_name(ENTITY_LABEL) {
             rejected.push(reject(format!("entity named after a type: `{name}`")));
+            continue;
+        }
+        if spec.reject_descriptions && is_role_word(&prompts.role_words, &name) {
+            rejected.push(reject(format!(
+                "`{name}` is a role or a kind the type descriptions name, not a name"
+            )));
             continue;
         }
         let chain = match ontology.entity_tree.get(&e.kind) {
@@ -774,7 +866,7 @@ pub async fn extract_entities(
         let (attributes, ungrounded) = chain
             .last()
             .and_then(|t| ontology.entity_types.get(t))
-            .map(|t| typed_attributes(&t.properties, &e.attributes.pairs(), &evidence))
+            .map(|t| typed_attributes(&spec.properties.of(t), &e.attributes.pairs(), &evidence))
             .unwrap_or_default();
         rejected.extend(ungrounded.into_iter().map(|reason| Rejected {
             stage: Stage::ExtractEntities,
@@ -1225,6 +1317,18 @@ pub fn fitting_relation(
         .or_else(|| fit(GENERIC_RELATION))
 }
 
+/// Whether a fact given under `relation` and fitted to `fitted` (by
+/// [`fitting_relation`]) names a declared type that its endpoints cannot
+/// hold, either way round, nor under a parent: the model meant that type
+/// ("party to" is `PARTY_TO`: the free branch of the schema spells a
+/// declared type in lower case) for entities it does not relate, and the
+/// fact is noise, not a relationship the ontology leaves out.
+pub fn misapplied(ontology: &Ontology, relation: &str, fitted: &str) -> bool {
+    fitted == GENERIC_RELATION
+        && relation != GENERIC_RELATION
+        && ontology.edge_types.contains_key(relation)
+}
+
 /// Extracts the facts of one episode between its mentions. An episode with
 /// fewer than two mentions makes no call.
 pub async fn extract_facts(
@@ -1303,10 +1407,22 @@ pub async fn extract_facts(
                 continue;
             }
         };
+        if misapplied(ontology, &relation, &fitted) {
+            let pairs = if st == tt {
+                format!("{st} → {tt}")
+            } else {
+                format!("{st} → {tt} or {tt} → {st}")
+            };
+            rejected.push(reject(format!(
+                "`{relation}` (written `{}`) does not allow {pairs}, and no parent type does: a misapplied type, fact dropped",
+                f.relation_type.trim()
+            )));
+            continue;
+        }
         if fitted != relation {
-            // Kept, under a type that allows its endpoints; the row says
-            // what the model wrote (only a server that ignores the reply
-            // schema lets this happen).
+            // Kept, under a parent type that allows its endpoints; the row
+            // says what the model wrote (only a server that ignores the
+            // reply schema lets this happen).
             rejected.push(reject(format!(
                 "`{relation}` does not allow {st} → {tt}; kept as {fitted}"
             )));
@@ -1476,6 +1592,62 @@ mod tests {
     }
 
     #[test]
+    fn asked_properties_narrow_what_the_entity_call_offers_and_describes() {
+        let ontology = ontology(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            properties = [
+              { name = "email", type = "text", description = "Mail address." },
+              { name = "title", type = "text", description = "Job title." },
+            ]
+            identity_properties = ["email"]
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            properties = [{ name = "industry", type = "text" }]
+            "#,
+        );
+        let offered = |asked: AskedProperties| {
+            let spec = ExtractSpec {
+                properties: asked,
+                ..ExtractSpec::default()
+            };
+            let schema = entity_schema(&ontology, &spec);
+            let mut keys: Vec<String> = Vec::new();
+            for shape in schema["properties"]["entities"]["items"]["anyOf"]
+                .as_array()
+                .expect("shapes")
+            {
+                if let Some(props) = shape["properties"]["attributes"]["properties"].as_object() {
+                    keys.extend(props.keys().cloned());
+                }
+            }
+            let prompt = system_prompt(&ontology, &spec);
+            let task = entity_task(&spec);
+            (
+                keys,
+                prompt.contains("title (text)"),
+                task.contains("attributes"),
+            )
+        };
+        assert_eq!(
+            offered(AskedProperties::All),
+            (
+                vec!["email".into(), "title".into(), "industry".into()],
+                true,
+                true
+            )
+        );
+        assert_eq!(
+            offered(AskedProperties::Identity),
+            (vec!["email".into()], false, true)
+        );
+        assert_eq!(offered(AskedProperties::None), (Vec::new(), false, false));
+    }
+
+    #[test]
     fn an_identity_value_belongs_to_the_name_written_nearest_to_it() {
         let ontology = ontology(
             r#"
@@ -1532,10 +1704,60 @@ mod tests {
     }
 
     #[test]
+    fn a_one_word_role_the_type_descriptions_write_in_lower_case_is_not_a_name() {
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "Company"
+            description = "A business such as a customer or a supplier, e.g. Globex."
+            [[edge_types]]
+            name = "EMPLOYS"
+            description = "A company employs a person."
+            "#,
+        );
+        let roles = role_words(&onto);
+        for role in ["Customer", "the Supplier", "PERSON"] {
+            assert!(is_role_word(&roles, role), "{role}");
+        }
+        // An example name, a longer name holding a role, or a word the
+        // descriptions do not use.
+        for name in ["Globex", "Customer Success Team", "Acme"] {
+            assert!(!is_role_word(&roles, name), "{name}");
+        }
+    }
+
+    #[test]
     fn a_type_written_as_words_is_a_type_word() {
         assert_eq!(type_word("Order Form"), type_word("OrderForm"));
         assert_eq!(type_word("purchase-order"), type_word("PurchaseOrder"));
         assert_ne!(type_word("Order Form OF-601"), type_word("OrderForm"));
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "MSA"
+            description = "A master services agreement."
+            [[entity_types]]
+            name = "OrderForm"
+            description = "An order form."
+            [[entity_types]]
+            name = "Team"
+            description = "A team."
+            "#,
+        );
+        let words = type_words(&onto);
+        let is_type = |name: &str| spells_a_type(&words, name);
+        assert!(
+            is_type("Master Services Agreement"),
+            "an acronym type spelled out"
+        );
+        assert!(is_type("order form"));
+        assert!(!is_type("Acme MSA"));
+        assert!(!is_type("Mutual Supply Addendum 2"), "a name with a number");
+        assert!(!is_type("Maria Santos"), "initials that spell no type");
+        assert!(
+            !is_type("Tidewell East Asia Markets"),
+            "initials match acronym types only"
+        );
     }
 
     #[test]
@@ -1758,6 +1980,26 @@ mod tests {
             fit("WORKS_WITH", "Company", "Company"),
             Some(("WORKS_WITH".into(), false))
         );
+    }
+
+    #[test]
+    fn a_declared_type_no_endpoint_order_or_parent_fits_is_misapplied() {
+        let onto = hr();
+        let misfit = |r: &str, s: &str, t: &str| {
+            let (fitted, _) = fitting_relation(&onto, r, s, t).expect("a fit");
+            misapplied(&onto, r, &fitted)
+        };
+        // "contracts for" between two companies: the free branch spelled a
+        // declared type the endpoints cannot hold.
+        assert!(misfit(
+            &relation_type_of("contracts for"),
+            "Company",
+            "Company"
+        ));
+        // Turned round, or not a declared type: kept.
+        assert!(!misfit("CONTRACTS_FOR", "Company", "Person"));
+        assert!(!misfit("WORKS_WITH", "Company", "Company"));
+        assert!(!misfit(GENERIC_RELATION, "Company", "Company"));
     }
 
     #[test]

@@ -320,6 +320,12 @@ const MONTHS: [&str; 24] = [
 ];
 
 /// Words that name a state of something rather than a thing.
+/// Words a span of time is written with after its number.
+const DURATION_WORDS: [&str; 17] = [
+    "second", "seconds", "minute", "minutes", "hour", "hours", "day", "days", "week", "weeks",
+    "month", "months", "year", "years", "business", "calendar", "working",
+];
+
 const STATUS_WORDS: [&str; 24] = [
     "open",
     "closed",
@@ -352,20 +358,23 @@ const CURRENCIES: [&str; 12] = [
     "$", "€", "£", "¥", "usd", "eur", "gbp", "jpy", "chf", "dollars", "euros", "pounds",
 ];
 
-/// Whether `name` is a common noun phrase rather than a name, as a text
-/// whose [`words`] are `written` writes it: every whole-word occurrence of
-/// its words there is in
-/// lower case ("hardware", "the account executive", "a purchase order"),
-/// none capitalised, and the name holds no digit or code punctuation
-/// (slugs and codes such as "harbour-gateway" or "po-4417" are
-/// identifiers). A name the text does not write is left to the other
-/// checks. Names styled in lower case ("nginx") are caught too unless the
-/// episode also writes them capitalised: the price of this rule.
-pub fn common_noun(name: &str, written: &[&str]) -> bool {
-    if name
-        .chars()
-        .any(|c| c.is_ascii_digit() || "-_.@/#".contains(c))
-    {
+/// Whether `name` is a common noun phrase rather than a name, as the
+/// texts a model was shown write it (each given as its [`words`]): every
+/// whole-word occurrence of its words there is in lower case ("hardware",
+/// "the account executive", "a purchase order"), none capitalised, and
+/// the name holds no digit or code punctuation (slugs and codes such as
+/// "harbour-gateway" or "po-4417" are identifiers). The texts are the
+/// episode and the earlier episodes shown as its context: a model also
+/// lifts names out of the context ("Computer Hardware" from the clause
+/// before). A name no text writes is left to the other checks. Names
+/// styled in lower case ("nginx") are caught too unless a text also
+/// writes them capitalised: the price of this rule.
+pub fn common_noun(name: &str, texts: &[&[&str]]) -> bool {
+    // A digit marks a code; code punctuation marks a slug, unless the name
+    // is several words ("twelve-month subscription" is a phrase).
+    let slug =
+        !name.trim().contains(char::is_whitespace) && name.chars().any(|c| "-_.@/#".contains(c));
+    if slug || name.chars().any(|c| c.is_ascii_digit()) {
         return false;
     }
     let wanted: Vec<String> = words(name).map(str::to_lowercase).collect();
@@ -373,16 +382,18 @@ pub fn common_noun(name: &str, written: &[&str]) -> bool {
         return false;
     }
     let mut found = false;
-    for window in written.windows(wanted.len()) {
-        if window
-            .iter()
-            .zip(&wanted)
-            .all(|(w, want)| w.to_lowercase() == *want)
-        {
-            if window.iter().any(|w| w.chars().any(char::is_uppercase)) {
-                return false;
+    for written in texts {
+        for window in written.windows(wanted.len()) {
+            if window
+                .iter()
+                .zip(&wanted)
+                .all(|(w, want)| w.to_lowercase() == *want)
+            {
+                if window.iter().any(|w| w.chars().any(char::is_uppercase)) {
+                    return false;
+                }
+                found = true;
             }
-            found = true;
         }
     }
     found
@@ -395,8 +406,9 @@ pub fn words(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// What a name offered as an entity is instead, when it is a date, an
-/// amount, a quantity or a status: "March 1, 2025", "Q3 2025", "$1,200",
-/// "300 EUR", "40 laptops", "open". Names that merely hold such words
+/// amount or a price, a span of time, a quantity or a status: "March 1,
+/// 2025", "Q3 2025", "$1,200", "USD 14.50 per seat", "14 Days", "40
+/// laptops", "open". Names that merely hold such words
 /// ("May Chen", "3M", "Open Systems Ltd", "1 World Trade Center") are
 /// entities.
 pub fn non_entity_kind(name: &str) -> Option<&'static str> {
@@ -435,18 +447,34 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
         let bare = w.trim_start_matches(['$', '€', '£', '¥']);
         CURRENCIES.contains(&w) || is_number(bare) || matches!(bare, "k" | "m" | "million")
     };
+    // A price is an amount per something ("USD 14.50 per seat per month").
+    let amount = match words.iter().position(|w| *w == "per") {
+        Some(at) if at > 0 => &words[..at],
+        _ => &words[..],
+    };
     let has_currency = CURRENCIES.iter().any(|c| {
-        words
+        amount
             .iter()
             .any(|w| w == c || (c.len() == 1 && w.starts_with(c)))
     });
     if has_currency
-        && words.iter().all(|w| amount_part(w))
-        && words
+        && amount.iter().all(|w| amount_part(w))
+        && amount
             .iter()
             .any(|w| is_number(w.trim_start_matches(['$', '€', '£', '¥'])))
     {
         return Some("an amount");
+    }
+    // A span of time: a number, then only units ("14 Days", "30 business
+    // days"); a model capitalises them, so the count rule below misses them.
+    if words.len() >= 2
+        && is_number(words[0])
+        && words[1..].iter().all(|w| DURATION_WORDS.contains(w))
+        && words[1..]
+            .iter()
+            .any(|w| *w != "business" && *w != "calendar" && *w != "working")
+    {
+        return Some("a duration");
     }
     // A count of common nouns: the original text has no capital after the
     // number ("40 laptops", not "1 World Trade Center").
@@ -732,6 +760,10 @@ mod tests {
             ("$1,200", "an amount"),
             ("300 EUR", "an amount"),
             ("USD 5 million", "an amount"),
+            ("USD 14.50 per seat per month", "an amount"),
+            ("14 Days", "a duration"),
+            ("30 Business Days", "a duration"),
+            ("36 months", "a duration"),
             ("40 laptops", "a quantity"),
             ("3 units of stock", "a quantity"),
             ("open", "a status"),
@@ -750,6 +782,8 @@ mod tests {
             "Order form OF-601",
             "Acme Corp",
             "20th Century Fox",
+            "7 Days Inn",
+            "Per Larsen",
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
         }
@@ -764,7 +798,7 @@ mod tests {
              raised a purchase order; see harbour-gateway. Order more? Priya said so.",
         )
         .collect();
-        let text = text.as_slice();
+        let text = &[text.as_slice()][..];
         assert!(common_noun("Hardware", text));
         assert!(common_noun("Account executive", text));
         assert!(common_noun("purchase order", text));
@@ -776,7 +810,27 @@ mod tests {
         // Identifiers and names the text does not write are left alone.
         assert!(!common_noun("harbour-gateway", text));
         assert!(!common_noun("PO-4417", text));
+        let phrase: Vec<&str> = words("a twelve-month subscription").collect();
+        assert!(common_noun(
+            "Twelve-Month Subscription",
+            &[phrase.as_slice()]
+        ));
         assert!(!common_noun("Northwind", text));
+    }
+
+    #[test]
+    fn a_name_lifted_from_the_context_in_lower_case_is_a_common_noun_and_one_capitalised_anywhere_is_not()
+     {
+        let episode: Vec<&str> = words("It may return unopened hardware within 14 days.").collect();
+        let context: Vec<&str> =
+            words("The Supplier resells computer hardware and support services.").collect();
+        let titled: Vec<&str> = words("Support Services are billed monthly.").collect();
+        // Only the context writes it, in lower case.
+        assert!(common_noun("Computer Hardware", &[&episode, &context]));
+        // Without the context it is a name no text writes: left alone.
+        assert!(!common_noun("Computer Hardware", &[&episode]));
+        // Capitalised in one text, lower case in another: not provably a noun.
+        assert!(!common_noun("Support Services", &[&context, &titled]));
     }
 
     #[test]

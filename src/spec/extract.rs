@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ontology::{EntityTypeSpec, PropertySpec};
+
 /// `[extract]` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -36,6 +38,42 @@ pub struct ExtractSpec {
     /// name. Turn it off with `resolve.embedding_candidates`, whose
     /// neighbours can bring such references to their entity.
     pub reject_descriptions: bool,
+    /// Which properties of a type the entity call and the subtype walk
+    /// ask the model to write (see [`AskedProperties`]).
+    pub properties: AskedProperties,
+}
+
+/// Which of a type's properties a model is asked to write. Each property
+/// value costs completion tokens, and small models invent values the
+/// episode never states (grounding drops those, but only after they were
+/// paid for); identity properties are the ones resolution needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AskedProperties {
+    /// Every declared property.
+    #[default]
+    All,
+    /// Only the type's `identity_properties`.
+    Identity,
+    /// None: model-extracted entities carry no attributes (mappings and
+    /// `graphloom add` still set them).
+    None,
+}
+
+impl AskedProperties {
+    /// The properties of `t` a model is asked for.
+    pub fn of(self, t: &EntityTypeSpec) -> Vec<PropertySpec> {
+        match self {
+            AskedProperties::All => t.properties.clone(),
+            AskedProperties::Identity => t
+                .properties
+                .iter()
+                .filter(|p| t.identity_properties.contains(&p.name))
+                .cloned()
+                .collect(),
+            AskedProperties::None => Vec::new(),
+        }
+    }
 }
 
 impl Default for ExtractSpec {
@@ -52,6 +90,7 @@ impl Default for ExtractSpec {
             fold_edge_subtypes: false,
             facts_by_source: false,
             reject_descriptions: true,
+            properties: AskedProperties::All,
         }
     }
 }
