@@ -781,6 +781,14 @@ pub async fn extract_entities(
         .map(|text| crate::text::words(text).collect())
         .collect();
     let shown: Vec<&[&str]> = shown.iter().map(Vec::as_slice).collect();
+    let mut shown_words: std::collections::HashSet<String> = shown
+        .iter()
+        .flat_map(|text| text.iter())
+        .map(|w| w.to_lowercase())
+        .collect();
+    if let Some(d) = &episode.source_description {
+        shown_words.extend(crate::text::words(d).map(str::to_lowercase));
+    }
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
         let name = e
@@ -813,6 +821,15 @@ pub async fn extract_entities(
         }
         if let Some(kind) = crate::text::non_entity_kind(&name) {
             rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
+            continue;
+        }
+        // Every name is copied from what the model was shown; one that
+        // shares no word with it is made up (the 0.5B model lists words of
+        // the prompt's own rules: "Date", "Quantity", "Generic Noun").
+        if !crate::text::words(&name).any(|w| shown_words.contains(&w.to_lowercase())) {
+            rejected.push(reject(format!(
+                "`{name}` shares no word with the episode or its context: not a name it writes"
+            )));
             continue;
         }
         if spec.reject_descriptions && crate::text::common_noun(&name, &shown) {

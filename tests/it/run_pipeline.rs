@@ -19,7 +19,7 @@ use crate::common;
 
 const EPISODES: &str = r#"{"id": "e1", "content": "Acme Corp sent PO-1 for 40 laptops.", "kind": "message", "reference_time": "2025-03-01T10:00:00Z", "document_id": "thread-1"}
 {"id": "e2", "content": "Dana Whitcombe signed it yesterday.", "kind": "message", "reference_time": "2025-03-02T10:00:00Z", "document_id": "thread-1"}
-{"id": "e3", "content": "The new Acme contract with Acme Corp is ready.", "kind": "message", "reference_time": "2025-03-03T10:00:00Z"}
+{"id": "e3", "content": "The new Acme contract with Acme Corp is ready at the Reception Desk.", "kind": "message", "reference_time": "2025-03-03T10:00:00Z"}
 {"id": "e4", "content": "Priya Raman joined Brightline Systems on 10 March.", "kind": "message", "reference_time": "2025-03-12T10:00:00Z"}
 {"id": "e5", "content": "
 this line is broken
@@ -50,13 +50,14 @@ fn entities_for(text: &str) -> Value {
     } else if text.contains("PO-1 for 40 laptops") {
         json!([{"name": "Acme Corp", "type": "Company", "attributes": [{"name": "domain", "value": "acme.test"}]},
                {"name": "PO-1", "type": "Contract", "attributes": [{"name": "details", "value": "40 laptops"}]},
-               {"name": "2025-03-01", "type": "Entity", "attributes": []}])
+               {"name": "2025-03-01", "type": "Entity", "attributes": []},
+               {"name": "Generic Noun", "type": "Entity", "attributes": []}])
     } else if text.contains("signed it yesterday") {
         json!([{"name": "Dana Whitcombe", "type": "Person", "attributes": []},
                {"name": "PO-1", "type": "Contract", "attributes": []}])
     } else if text.contains("new Acme contract") {
         json!([{"name": "New Acme contract", "type": "Contract", "attributes": []},
-               {"name": "Reception desk", "type": "Entity", "attributes": []},
+               {"name": "Reception Desk", "type": "Entity", "attributes": []},
                {"name": "Acme Corp", "type": "Company", "attributes": []},
                {"name": "Acme Corp", "type": "Company", "attributes": []}])
     } else {
@@ -329,7 +330,7 @@ async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
         "a date is not an entity"
     );
     assert_eq!(
-        by_name("Reception desk")["labels"],
+        by_name("Reception Desk")["labels"],
         json!(["Entity"]),
         "no type fits: the generic Entity"
     );
@@ -401,6 +402,14 @@ async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
             .contains("is a date or a number")),
         "{failures:?}"
     );
+    assert!(
+        failures.iter().any(|r| r["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`Generic Noun` shares no word with the episode or its context")),
+        "a name the episode does not write is made up: {failures:?}"
+    );
+    assert!(nodes.iter().all(|n| n["name"] != "Generic Noun"));
 
     // e2 continues thread-1: its prompts carry e1 as context.
     let e2 = stage_calls(&f.server, "TASK: list the named entities")
@@ -495,7 +504,7 @@ async fn walk_batches_follow_the_batch_size_and_strict_mode_drops_untyped_entiti
     assert_eq!(
         failures.len(),
         1,
-        "Reception desk fits no type and is dropped: {failures:?}"
+        "Reception Desk fits no type and is dropped: {failures:?}"
     );
     let generic = query(
         &f.store,
