@@ -9,7 +9,7 @@
 //! episode's entity names are enums in the reply schema, so a
 //! schema-constrained decoder cannot invent them; replies are still checked.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -447,7 +447,7 @@ pub struct Prompts {
     type_words: Vec<String>,
     /// The words the ontology's type descriptions write in lower case
     /// ("customer", "supplier", "employee"): roles and kinds, not names.
-    role_words: std::collections::HashSet<String>,
+    role_words: HashSet<String>,
 }
 
 impl Prompts {
@@ -496,13 +496,13 @@ impl Prompts {
 /// one-word name among them is a role or a kind, however a contract
 /// capitalises it as a defined term ("the Customer"). Capitalised words
 /// of a description (an example name) are not taken.
-fn role_words(ontology: &Ontology) -> std::collections::HashSet<String> {
+fn role_words(ontology: &Ontology) -> HashSet<String> {
     let descriptions = ontology
         .entity_types
         .values()
         .map(|t| t.description.as_str())
         .chain(ontology.edge_types.values().map(|t| t.description.as_str()));
-    let mut out = std::collections::HashSet::new();
+    let mut out = HashSet::new();
     for d in descriptions {
         for w in crate::text::words(d) {
             if w.chars().all(|c| c.is_lowercase()) {
@@ -515,7 +515,7 @@ fn role_words(ontology: &Ontology) -> std::collections::HashSet<String> {
 
 /// Whether `name` is one word (after a leading "the") that the type
 /// descriptions write in lower case.
-fn is_role_word(role_words: &std::collections::HashSet<String>, name: &str) -> bool {
+fn is_role_word(role_words: &HashSet<String>, name: &str) -> bool {
     let words: Vec<String> = crate::text::words(name).map(str::to_lowercase).collect();
     let words = match words.split_first() {
         Some((first, rest)) if first == "the" => rest,
@@ -781,7 +781,7 @@ pub async fn extract_entities(
         .map(|text| crate::text::words(text).collect())
         .collect();
     let shown: Vec<&[&str]> = shown.iter().map(Vec::as_slice).collect();
-    let mut shown_words: std::collections::HashSet<String> = shown
+    let mut shown_words: HashSet<String> = shown
         .iter()
         .flat_map(|text| text.iter())
         .map(|w| w.to_lowercase())
