@@ -444,7 +444,7 @@ pub struct Prompts {
     entity_schema: Value,
     fact_task: String,
     fact_task_by_source: String,
-    type_words: Vec<String>,
+    type_words: TypeWords,
     /// The words the ontology's type descriptions write in lower case
     /// ("customer", "supplier", "employee"): roles and kinds, not names.
     role_words: HashSet<String>,
@@ -459,7 +459,7 @@ impl Prompts {
             entity_schema: entity_schema(ontology, spec),
             fact_task: fact_task(ontology, spec, false),
             fact_task_by_source: fact_task(ontology, spec, true),
-            type_words: type_words(ontology),
+            type_words: TypeWords::new(ontology),
             role_words: role_words(ontology),
         }
     }
@@ -531,37 +531,47 @@ fn type_word(name: &str) -> String {
     normalize_name(name).replace(' ', "")
 }
 
-/// The type words of `ontology`'s entity types: each name as a
-/// [`type_word`], and an acronym type (`MSA`, `SLA`: a name in capitals)
-/// also as `acronym:` and its letters, to be matched by the initials of
-/// the words that spell it out ("Master Services Agreement").
-fn type_words(ontology: &Ontology) -> Vec<String> {
-    let mut out: Vec<String> = ontology.entity_types.keys().map(|k| type_word(k)).collect();
-    for k in ontology.entity_types.keys() {
-        if k.len() >= 2 && k.chars().all(|c| c.is_ascii_uppercase()) {
-            out.push(format!("acronym:{}", k.to_ascii_lowercase()));
-        }
-    }
-    out
+/// The names of an ontology's entity types as a model may write them as
+/// entity names: each as a [`type_word`] ("Order Form" for `OrderForm`),
+/// and each acronym type (`MSA`, `SLA`: a name in capitals) by the
+/// initials of the words that spell it out ("Master Services Agreement").
+#[derive(Debug, Clone)]
+struct TypeWords {
+    /// Every entity type name as a [`type_word`].
+    words: Vec<String>,
+    /// The acronym type names, in lower case.
+    acronyms: Vec<String>,
 }
 
-/// Whether `name` spells one of `type_words` ([`type_words`]): as a
-/// type word, or, when it is two or more words of letters, by its
-/// initials as an acronym type.
-fn spells_a_type(type_words: &[String], name: &str) -> bool {
-    if type_words.contains(&type_word(name)) {
-        return true;
+impl TypeWords {
+    fn new(ontology: &Ontology) -> Self {
+        let names = ontology.entity_types.keys();
+        TypeWords {
+            words: names.clone().map(|k| type_word(k)).collect(),
+            acronyms: names
+                .filter(|k| k.len() >= 2 && k.chars().all(|c| c.is_ascii_uppercase()))
+                .map(|k| k.to_ascii_lowercase())
+                .collect(),
+        }
     }
-    let words: Vec<&str> = crate::text::words(name).collect();
-    if words.len() < 2 || !words.iter().all(|w| w.chars().all(char::is_alphabetic)) {
-        return false;
+
+    /// Whether `name` spells a type: as a type word, or, when it is two or
+    /// more words of letters, by its initials as an acronym type.
+    fn spelled_by(&self, name: &str) -> bool {
+        if self.words.contains(&type_word(name)) {
+            return true;
+        }
+        let words: Vec<&str> = crate::text::words(name).collect();
+        if words.len() < 2 || !words.iter().all(|w| w.chars().all(char::is_alphabetic)) {
+            return false;
+        }
+        let initials: String = words
+            .iter()
+            .filter_map(|w| w.chars().next())
+            .flat_map(char::to_lowercase)
+            .collect();
+        self.acronyms.contains(&initials)
     }
-    let initials: String = words
-        .iter()
-        .filter_map(|w| w.chars().next())
-        .flat_map(char::to_lowercase)
-        .collect();
-    type_words.contains(&format!("acronym:{initials}"))
 }
 
 /// The `max_tokens` of an entity call: `extract.entity_max_tokens`, or
@@ -838,7 +848,7 @@ pub async fn extract_entities(
             )));
             continue;
         }
-        if spells_a_type(type_words, &name) || normalized == normalize_name(ENTITY_LABEL) {
+        if type_words.spelled_by(&name) || normalized == normalize_name(ENTITY_LABEL) {
             rejected.push(reject(format!("entity named after a type: `{name}`")));
             continue;
         }
@@ -1761,8 +1771,8 @@ mod tests {
             description = "A team."
             "#,
         );
-        let words = type_words(&onto);
-        let is_type = |name: &str| spells_a_type(&words, name);
+        let words = TypeWords::new(&onto);
+        let is_type = |name: &str| words.spelled_by(name);
         assert!(
             is_type("Master Services Agreement"),
             "an acronym type spelled out"

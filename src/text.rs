@@ -319,13 +319,17 @@ const MONTHS: [&str; 24] = [
     "dec",
 ];
 
-/// Words that name a state of something rather than a thing.
-/// Words a span of time is written with after its number.
-const DURATION_WORDS: [&str; 17] = [
+/// Units a span of time is written in after its number.
+const DURATION_UNITS: [&str; 14] = [
     "second", "seconds", "minute", "minutes", "hour", "hours", "day", "days", "week", "weeks",
-    "month", "months", "year", "years", "business", "calendar", "working",
+    "month", "months", "year", "years",
 ];
 
+/// Words that may stand between a span's number and its unit ("30
+/// business days").
+const DURATION_QUALIFIERS: [&str; 3] = ["business", "calendar", "working"];
+
+/// Words that name a state of something rather than a thing.
 const STATUS_WORDS: [&str; 24] = [
     "open",
     "closed",
@@ -469,10 +473,10 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     // days"); a model capitalises them, so the count rule below misses them.
     if words.len() >= 2
         && is_number(words[0])
-        && words[1..].iter().all(|w| DURATION_WORDS.contains(w))
         && words[1..]
             .iter()
-            .any(|w| *w != "business" && *w != "calendar" && *w != "working")
+            .all(|w| DURATION_UNITS.contains(w) || DURATION_QUALIFIERS.contains(w))
+        && words[1..].iter().any(|w| DURATION_UNITS.contains(w))
     {
         return Some("a duration");
     }
