@@ -24,12 +24,12 @@ use crate::ontology::{
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
-use crate::values::{coerce_text, parse_time};
+use crate::values::{coerce_text, parse_time, stated_end};
 
 pub use crate::spec::extract::{AskedProperties, ExtractSpec};
 
 /// Version of the extraction prompts; part of the cache key.
-pub const PROMPT_VERSION: &str = "extract-v2";
+pub const PROMPT_VERSION: &str = "extract-v3";
 
 /// One entity found in one episode.
 #[derive(Debug, Clone, PartialEq)]
@@ -666,6 +666,7 @@ fn entity_task(spec: &ExtractSpec) -> String {
          - Each distinct entity once, under the most complete name the current episode gives it, written exactly as in the text (keep codes and numbers such as order numbers).\n\
          - Only entities named or uniquely identified in the current episode; previous episodes only help to resolve pronouns and short references.\n\
          - Dates, amounts, quantities, statuses and generic nouns are not entities. Never use a type name as an entity name.\n\
+         - Contracts, orders, tickets and other documents are entities too when the episode gives their code or number; name them as written, code included.\n\
          - type: the entity type whose description fits; {ENTITY_LABEL} when none fits.{attributes}"
     )
 }
@@ -1084,14 +1085,17 @@ fn fact_task(ontology: &Ontology, spec: &ExtractSpec, by_source: bool) -> String
          - fact: one short sentence that paraphrases what the episode says, with entity names instead of pronouns.\n\
          - valid_at: the date the relationship started, when the episode gives one; else null.\n\
          - invalid_at: the date it ended, only when the episode says it has ended or will end (has left, no longer, former, cancelled, until a date); else null. \"X left A and joined B\" states two facts: X with A (ended) and X with B.\n\
-         - Dates as YYYY-MM-DD (YYYY-MM-DDTHH:MM:SSZ when the episode gives a time of day); resolve relative dates (last Tuesday, next month) against the REFERENCE TIME.\n\
+         - Dates as YYYY-MM-DD; resolve relative dates (last Tuesday, next month, tonight) against the REFERENCE TIME.\n\
          - Only facts the current episode states or clearly implies; previous episodes only help to resolve references. No duplicates."
     )
 }
 
-/// A date or a UTC time, as the fact schema lets a model write `valid_at`
-/// and `invalid_at` (a date alone is the shorter answer and the usual one).
-pub const TIME_PATTERN: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}:[0-9]{2}Z)?$";
+/// A date, as the fact schema lets a model write `valid_at` and
+/// `invalid_at`. A time of day is not offered: given the choice, small
+/// models copied the episode's full reference time into nearly every
+/// fact, about ten tokens more per date for a precision that relationships
+/// rarely have.
+pub const TIME_PATTERN: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$";
 
 /// A relation a model may write when no declared type fits: lowercase
 /// words, so that the grammar tells it apart from every declared
@@ -1117,6 +1121,8 @@ fn fact_branches<'a>(
     from: Option<&'a Mention>,
 ) -> Vec<Value> {
     let time = json!({"anyOf": [
+        // The pattern binds grammar-constrained servers to a date; the
+        // length still admits a UTC time from a server that ignores it.
         {"type": "string", "pattern": TIME_PATTERN, "maxLength": 20},
         {"type": "null"}
     ]});
@@ -1460,32 +1466,12 @@ pub async fn extract_facts(
             .edge_tree
             .chain(&relation)
             .unwrap_or_else(|| vec![relation.clone()]);
-        let parse = |v: &Option<String>| {
-            v.as_deref()
-                .map(|x| parse_time(Some(x)).ok().flatten())
-                .unwrap_or(None)
-        };
-        let (mut valid_at, mut invalid_at) = (parse(&f.valid_at), parse(&f.invalid_at));
-        let ends = crate::text::states_an_end(text);
-        if valid_at.is_some() && invalid_at == valid_at && !ends {
-            // One moment for both is an event ("signed on"), not a
-            // relationship that ended the moment it began.
-            invalid_at = None;
-        }
-        if invalid_at.is_none() && ends {
-            // The text says it ended and the model gave no end: it had
-            // ended by the episode's time. A start at that very time is
-            // the prompt's default for a current fact, not a start.
-            invalid_at = Some(episode.reference_time);
-            if valid_at == invalid_at {
-                valid_at = None;
-            }
-        }
-        if let (Some(v), Some(i)) = (valid_at, invalid_at)
-            && i < v
-        {
-            invalid_at = None;
-        }
+        let (valid_at, invalid_at) = fact_times(
+            f.valid_at.as_deref(),
+            f.invalid_at.as_deref(),
+            text,
+            episode.reference_time,
+        );
         let key = (
             s,
             t,
@@ -1507,6 +1493,56 @@ pub async fn extract_facts(
         });
     }
     Ok((facts, rejected))
+}
+
+/// A fact's `valid_at` and `invalid_at` from what the model wrote and the
+/// fact's sentence, at an episode written at `reference`.
+fn fact_times(
+    valid_at: Option<&str>,
+    invalid_at: Option<&str>,
+    text: &str,
+    reference: DateTime<Utc>,
+) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    // The schema asks for dates without a time of day; a date on the
+    // episode's own day takes the episode's time, so that two episodes of
+    // one day keep their order (a move in the afternoon after a join that
+    // morning). A time the model did write is kept.
+    let written = |v: Option<&str>| {
+        let t = parse_time(v).ok().flatten()?;
+        let date_only = v.is_some_and(|v| v.trim().len() == 10);
+        Some(if date_only && t.date_naive() == reference.date_naive() {
+            reference
+        } else {
+            t
+        })
+    };
+    let (mut valid_at, mut invalid_at) = (written(valid_at), written(invalid_at));
+    if invalid_at.is_none() {
+        // "On contract until the end of March": the sentence gives an end
+        // the model left out.
+        invalid_at = stated_end(text, reference);
+    }
+    let ends = crate::text::states_an_end(text);
+    if valid_at.is_some() && invalid_at == valid_at && !ends {
+        // One moment for both is an event ("signed on"), not a
+        // relationship that ended the moment it began.
+        invalid_at = None;
+    }
+    if invalid_at.is_none() && ends {
+        // The text says it ended and the model gave no end: it had ended
+        // by the episode's time. A start at that very time is the
+        // prompt's default for a current fact, not a start.
+        invalid_at = Some(reference);
+        if valid_at == invalid_at {
+            valid_at = None;
+        }
+    }
+    if let (Some(v), Some(i)) = (valid_at, invalid_at)
+        && i < v
+    {
+        invalid_at = None;
+    }
+    (valid_at, invalid_at)
 }
 
 #[cfg(test)]
@@ -2122,5 +2158,56 @@ mod tests {
             "{c}"
         );
         assert!(c.chars().count() < 80);
+    }
+
+    #[test]
+    fn fact_times_take_the_episodes_time_on_its_day_and_an_end_the_sentence_states() {
+        let reference = parse_time(Some("2025-02-10T09:15:00Z"))
+            .expect("time")
+            .expect("some");
+        let t = |s: &str| parse_time(Some(s)).expect("time");
+        let times = |v, i, text| fact_times(v, i, text, reference);
+        // A date on the episode's day is the episode's time; a written
+        // time, or another day, is kept.
+        assert_eq!(
+            times(Some("2025-02-10"), None, "Hamid works for Tidewell"),
+            (Some(reference), None)
+        );
+        assert_eq!(
+            times(
+                Some("2025-02-10T08:00:00Z"),
+                None,
+                "Hamid works for Tidewell"
+            ),
+            (t("2025-02-10T08:00:00Z"), None)
+        );
+        assert_eq!(
+            times(Some("2025-01-06"), None, "Hamid works for Tidewell"),
+            (t("2025-01-06"), None)
+        );
+        // An end the sentence states and the model left out.
+        assert_eq!(
+            times(
+                Some("2025-02-10"),
+                None,
+                "Hamid is on contract with Tidewell until the end of March."
+            ),
+            (Some(reference), t("2025-03-31"))
+        );
+        // One the model wrote wins.
+        assert_eq!(
+            times(
+                None,
+                Some("2025-03-28"),
+                "Hamid is on contract until the end of March."
+            ),
+            (None, t("2025-03-28"))
+        );
+        // Ended with no date: at the episode's time, and a start at that
+        // very time is dropped.
+        assert_eq!(
+            times(Some("2025-02-10"), None, "Hamid has left Tidewell"),
+            (None, Some(reference))
+        );
     }
 }

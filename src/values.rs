@@ -92,6 +92,201 @@ pub fn coerce_text(kind: PropertyType, text: &str) -> Option<Value> {
     }
 }
 
+/// Words after which a fact sentence gives the day its relationship ends,
+/// with whether that day lies ahead of the sentence ("on contract until
+/// the end of March", "his contract ends tonight") or behind it ("the
+/// contract ended on 3 March").
+const END_DATE_WORDS: [(&str, bool); 10] = [
+    ("until", true),
+    ("till", true),
+    ("through", true),
+    ("ends", true),
+    ("ending", true),
+    ("expires", true),
+    ("expiring", true),
+    ("ended", false),
+    ("expired", false),
+    ("terminated", false),
+];
+
+const MONTH_NAMES: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+const WEEKDAY_NAMES: [&str; 7] = [
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
+
+/// The day a fact sentence says its relationship ends or ended, resolved
+/// against `reference` (the episode's time): the date after an end word
+/// ([`END_DATE_WORDS`]) written as `YYYY-MM-DD`, "31 March [2025]",
+/// "March 31[, 2025]", "[the] end of March", "[the] end of the month /
+/// quarter / year", "March" (its first day: "until March"), "today",
+/// "tonight", "tomorrow", "yesterday" or a weekday. A date without a year
+/// is the nearest one on the side the end word points to. The episode's
+/// own day is the episode's time; other days are midnight UTC. `None` when
+/// no end word is followed by a date.
+///
+/// Small models often write "X is on contract with Y until the end of
+/// March" as the fact and leave its end empty; this gives it one.
+pub fn stated_end(fact: &str, reference: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let words: Vec<String> = fact
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let today = reference.date_naive();
+    words.iter().enumerate().find_map(|(i, w)| {
+        let ahead = END_DATE_WORDS
+            .iter()
+            .find(|(word, _)| word == w)
+            .map(|(_, ahead)| *ahead)?;
+        let day = date_at(&words[i + 1..], today, ahead)?;
+        Some(if day == today {
+            reference
+        } else {
+            day.and_hms_opt(0, 0, 0)?.and_utc()
+        })
+    })
+}
+
+fn month_number(word: &str) -> Option<u32> {
+    let prefix_ok = word.len() >= 3 && (word.len() == 3 || word == "sept");
+    MONTH_NAMES
+        .iter()
+        .position(|m| *m == word || (prefix_ok && m.starts_with(word)))
+        .and_then(|i| u32::try_from(i + 1).ok())
+}
+
+/// A day of the month as written: "31", "31st", "1st", "2nd", "3rd".
+fn day_number(word: &str) -> Option<u32> {
+    let digits = word.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &word[digits.len()..];
+    if !matches!(suffix, "" | "st" | "nd" | "rd" | "th") || digits.len() > 2 {
+        return None;
+    }
+    digits.parse().ok().filter(|d| (1..=31).contains(d))
+}
+
+fn year_number(word: Option<&String>) -> Option<i32> {
+    let w = word?;
+    (w.len() == 4).then(|| w.parse().ok()).flatten()
+}
+
+fn last_day_of_month(year: i32, month: u32) -> Option<NaiveDate> {
+    let (y, m) = if month == 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    NaiveDate::from_ymd_opt(y, m, 1)?.pred_opt()
+}
+
+/// The nearest `(month, day)` on the side of `today` that `ahead` says,
+/// `today` itself included; `day` 0 is the month's last day.
+fn nearest(today: NaiveDate, month: u32, day: u32, ahead: bool) -> Option<NaiveDate> {
+    use chrono::Datelike;
+    let on = |year: i32| {
+        if day == 0 {
+            last_day_of_month(year, month)
+        } else {
+            NaiveDate::from_ymd_opt(year, month, day)
+        }
+    };
+    let this_year = on(today.year())?;
+    Some(match (ahead, this_year < today, this_year > today) {
+        (true, true, _) => on(today.year() + 1)?,
+        (false, _, true) => on(today.year() - 1)?,
+        _ => this_year,
+    })
+}
+
+/// The date the words after an end word begin with (see [`stated_end`]).
+fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate> {
+    use chrono::{Datelike, Days};
+    let skip = |w: &[String], filler: &[&str]| {
+        let n = w
+            .iter()
+            .take_while(|x| filler.contains(&x.as_str()))
+            .count();
+        w[n..].to_vec()
+    };
+    let w = skip(words, &["on", "at", "by", "in", "the", "this", "next"]);
+    let first = w.first()?.as_str();
+    let dated = |month: u32, day: u32, year: Option<i32>| match year {
+        Some(y) if day == 0 => last_day_of_month(y, month),
+        Some(y) => NaiveDate::from_ymd_opt(y, month, day),
+        None => nearest(today, month, day, ahead),
+    };
+    match first {
+        "today" | "tonight" => return Some(today),
+        "tomorrow" => return today.checked_add_days(Days::new(1)),
+        "yesterday" => return today.checked_sub_days(Days::new(1)),
+        _ => {}
+    }
+    if first == "end" && w.get(1).map(String::as_str) == Some("of") {
+        let rest = skip(&w[2..], &["the", "this"]);
+        let what = rest.first()?.as_str();
+        return match what {
+            "month" => last_day_of_month(today.year(), today.month()),
+            "quarter" => last_day_of_month(today.year(), today.month().div_ceil(3) * 3),
+            "year" => NaiveDate::from_ymd_opt(today.year(), 12, 31),
+            _ => dated(month_number(what)?, 0, year_number(rest.get(1))),
+        };
+    }
+    if let Some(weekday) = WEEKDAY_NAMES.iter().position(|d| *d == first) {
+        let from = today.weekday().num_days_from_monday();
+        let to = u32::try_from(weekday).ok()?;
+        let days = if ahead {
+            (to + 7 - from) % 7
+        } else {
+            (7 + from - to) % 7
+        };
+        let days = Days::new(u64::from(days));
+        return if ahead {
+            today.checked_add_days(days)
+        } else {
+            today.checked_sub_days(days)
+        };
+    }
+    // 2025-03-31, split into three words.
+    if let (Some(y), Some(m), Some(d)) = (
+        year_number(w.first()),
+        w.get(1).and_then(|m| m.parse::<u32>().ok()),
+        w.get(2).and_then(|d| d.parse::<u32>().ok()),
+    ) {
+        return NaiveDate::from_ymd_opt(y, m, d);
+    }
+    // 31 March [2025]
+    if let (Some(d), Some(m)) = (day_number(first), w.get(1).and_then(|m| month_number(m))) {
+        return dated(m, d, year_number(w.get(2)));
+    }
+    let month = month_number(first)?;
+    // March 31[, 2025]
+    if let Some(d) = w.get(1).and_then(|d| day_number(d)) {
+        return dated(month, d, year_number(w.get(2)));
+    }
+    // March [2025]: its first day.
+    dated(month, 1, year_number(w.get(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +330,45 @@ mod tests {
         assert_eq!(t("2025"), "2025-01-01T00:00:00+00:00");
         assert_eq!(parse_time(Some("  ")), Ok(None));
         assert!(parse_time(Some("last week")).is_err());
+    }
+
+    #[test]
+    fn a_sentence_that_says_when_it_ends_gives_its_end() {
+        let reference = parse_time(Some("2025-02-10T09:15:00Z")).unwrap().unwrap();
+        let end = |s: &str| stated_end(s, reference).map(|t| t.to_rfc3339());
+        let day = |d: &str| Some(format!("{d}T00:00:00+00:00"));
+        for (fact, want) in [
+            (
+                "Hamid is on contract with Tidewell until the end of March.",
+                day("2025-03-31"),
+            ),
+            (
+                "Hamid's contract with Tidewell ends tonight",
+                Some(reference.to_rfc3339()),
+            ),
+            ("The lease runs until 31 January 2026", day("2026-01-31")),
+            ("The lease runs until 31st January", day("2026-01-31")),
+            (
+                "Support is covered through March 15, 2025",
+                day("2025-03-15"),
+            ),
+            ("The trial expires on 2025-04-01", day("2025-04-01")),
+            ("Kenji covers fare-engine until Friday", day("2025-02-14")),
+            ("Priya stays until March", day("2025-03-01")),
+            ("The old MSA ended on 3 February", day("2025-02-03")),
+            ("The pilot ended in December", day("2024-12-01")),
+            ("Cover ends at the end of the quarter", day("2025-03-31")),
+        ] {
+            assert_eq!(end(fact), want, "{fact}");
+        }
+        for fact in [
+            "Dana works for Acme Corp",
+            "Lee works at Globex until further notice",
+            "The project ends soon",
+            "Sam joined on 3 March",
+            "Through Acme, Northwind buys laptops",
+        ] {
+            assert_eq!(end(fact), None, "{fact}");
+        }
     }
 }

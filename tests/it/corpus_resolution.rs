@@ -69,6 +69,9 @@ enum Ends {
     /// the earlier ones state it as ongoing, as a model reading one episode
     /// at a time would.
     LatestOnly,
+    /// No fact carries an `invalid_at`; an ended fact's sentence says
+    /// "until 31 March 2025" instead, as small models write it.
+    InWords,
 }
 
 struct Oracle {
@@ -269,7 +272,14 @@ impl Oracle {
                             .rev()
                             .find(|t| offered(t))
                             .unwrap_or(&f["chain"][0]),
-                        "fact": Oracle::fact_text(f),
+                        "fact": match (self.ends, f["invalid_at"].as_str()) {
+                            (Ends::InWords, Some(end)) => format!(
+                                "{} until {}.",
+                                Oracle::fact_text(f).trim_end_matches('.'),
+                                in_words(end)
+                            ),
+                            _ => Oracle::fact_text(f),
+                        },
                         "valid_at": f["valid_at"],
                         "invalid_at": match self.ends {
                             Ends::Omitted => Value::Null,
@@ -277,7 +287,7 @@ impl Oracle {
                             Ends::LatestOnly if self.latest_of(f) == Some(id.as_str()) => {
                                 f["invalid_at"].clone()
                             }
-                            Ends::LatestOnly => Value::Null,
+                            Ends::LatestOnly | Ends::InWords => Value::Null,
                         }
                     }))
                 })
@@ -301,7 +311,11 @@ impl Oracle {
                         .as_array()
                         .expect("facts")
                         .iter()
-                        .find(|f| text.contains(&Oracle::fact_text(f)))
+                        .find(|f| {
+                            let written = Oracle::fact_text(f);
+                            let until = format!("{} until ", written.trim_end_matches('.'));
+                            text.contains(&written) || text.contains(&until)
+                        })
                         .and_then(|f| f["chain"].as_array().cloned())
                         .unwrap_or_default()
                 } else {
@@ -522,6 +536,14 @@ fn edges_of_facts<'a>(o: &Outcome, edges: &'a [StoredEdge]) -> Vec<(Value, Vec<&
 
 /// Every ended gold fact is stored ended at its gold `invalid_at`, every
 /// other one valid and unexpired, in each edge that carries it.
+/// A gold time as a sentence writes its day: "31 March 2025".
+fn in_words(time: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(time)
+        .expect("gold time")
+        .format("%-d %B %Y")
+        .to_string()
+}
+
 fn assert_ends_as_in_gold(facts: &[(Value, Vec<&StoredEdge>)]) {
     for (f, carrying) in facts {
         assert!(!carrying.is_empty(), "no edge carries {f}");
@@ -771,5 +793,35 @@ async fn an_end_stated_only_by_the_latest_episode_ends_the_fact_in_both_corpora(
             .count();
         assert_eq!(n, ended, "{}", corpus.gold);
         assert_ends_as_in_gold(&facts);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_end_written_only_in_the_fact_sentence_ends_the_fact_on_that_day_in_both_corpora() {
+    for (corpus, ended) in [(&PROCUREMENT, 3), (&ONCALL, 12)] {
+        let o = run_oracle(corpus, Ends::InWords).await;
+        let edges = stored_edges(&o).await;
+        let facts = edges_of_facts(&o, &edges);
+        let mut n = 0;
+        for (f, carrying) in &facts {
+            assert!(!carrying.is_empty(), "no edge carries {f}");
+            for e in carrying {
+                match f["invalid_at"].as_str() {
+                    // The day the sentence gives (on the episode's own day,
+                    // the episode's time).
+                    Some(end) => assert_eq!(
+                        e.invalid_at.as_deref().map(|t| &t[..10]),
+                        Some(&end[..10]),
+                        "ended fact stored with another end: {f} as {e:?}"
+                    ),
+                    None => assert!(
+                        e.invalid_at.is_none() && !e.expired,
+                        "ongoing fact stored ended: {f} as {e:?}"
+                    ),
+                }
+            }
+            n += usize::from(f["invalid_at"].is_string());
+        }
+        assert_eq!(n, ended, "{}", corpus.gold);
     }
 }
