@@ -291,8 +291,9 @@ impl NameKeys {
     }
 }
 
-/// Month names and their common abbreviations, for telling dates apart.
-const MONTHS: [&str; 24] = [
+/// Month names, January first (dates are told apart by them, and
+/// [`crate::values::stated_end`] reads them).
+pub const MONTH_NAMES: [&str; 12] = [
     "january",
     "february",
     "march",
@@ -305,19 +306,18 @@ const MONTHS: [&str; 24] = [
     "october",
     "november",
     "december",
-    "jan",
-    "feb",
-    "mar",
-    "apr",
-    "jun",
-    "jul",
-    "aug",
-    "sep",
-    "sept",
-    "oct",
-    "nov",
-    "dec",
 ];
+
+/// The common abbreviations of month names.
+const MONTH_ABBREVIATIONS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+];
+
+/// Whether a lower-case word is a month's name or abbreviation ("sept.").
+fn is_month(word: &str) -> bool {
+    let w = word.trim_end_matches('.');
+    MONTH_NAMES.contains(&w) || MONTH_ABBREVIATIONS.contains(&w)
+}
 
 /// Units a span of time is written in after its number.
 const DURATION_UNITS: [&str; 14] = [
@@ -410,11 +410,12 @@ pub fn words(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// What a name offered as an entity is instead, when it is a date, an
-/// amount or a price, a span of time, a quantity or a status: "March 1,
-/// 2025", "Q3 2025", "$1,200", "USD 14.50 per seat", "14 Days", "40
-/// laptops", "open". Names that merely hold such words
-/// ("May Chen", "3M", "Open Systems Ltd", "1 World Trade Center") are
-/// entities.
+/// amount or a price, a span of time, a quantity, a status, a numbered
+/// section heading or a clause: "March 1, 2025", "Q3 2025", "$1,200",
+/// "USD 14.50 per seat", "14 Days", "40 laptops", "open", "2. Scope",
+/// "Purchase order that the Customer issues and the Supplier accepts".
+/// Names that merely hold such words ("May Chen", "3M", "Open Systems
+/// Ltd", "1 World Trade Center", "Bank of America") are entities.
 pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     let lower = name.trim().to_lowercase();
     if STATUS_WORDS.contains(&lower.as_str()) {
@@ -437,13 +438,11 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     let is_quarter = |w: &str| {
         w.len() == 2 && w.starts_with('q') && ('1'..='4').contains(&w.chars().nth(1).unwrap_or('0'))
     };
-    let has_month = words
-        .iter()
-        .any(|w| MONTHS.contains(&w.trim_end_matches('.')));
+    let has_month = words.iter().any(|w| is_month(w));
     let has_quarter = words.iter().any(|w| is_quarter(w));
     let all_date_words = words
         .iter()
-        .all(|w| is_number(w) || MONTHS.contains(&w.trim_end_matches('.')) || is_quarter(w));
+        .all(|w| is_number(w) || is_month(w) || is_quarter(w));
     if (has_month || has_quarter) && all_date_words && words.iter().any(|w| is_number(w)) {
         return Some("a date");
     }
@@ -490,6 +489,28 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
             .all(|w| w.chars().next().is_some_and(|c| !c.is_uppercase()))
     {
         return Some("a quantity");
+    }
+    // A numbered heading ("2. Scope", "7.1. Payment"): a section of a
+    // document, not a name of one.
+    let section_number = |w: &str| {
+        w.len() >= 2
+            && w.ends_with('.')
+            && w.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && w.starts_with(|c: char| c.is_ascii_digit())
+    };
+    if original.len() >= 2 && section_number(original[0]) {
+        return Some("a section heading");
+    }
+    // A clause: names are written in capitals but for a few particles
+    // ("Bank of America", "Draft MSA between Acme Corp and Northwind");
+    // five words in lower case make a passage ("Purchase order that the
+    // Customer issues and the Supplier accepts").
+    let lower_words = original
+        .iter()
+        .filter(|w| w.chars().next().is_some_and(char::is_lowercase))
+        .count();
+    if lower_words >= 5 {
+        return Some("a clause");
     }
     None
 }
@@ -772,6 +793,16 @@ mod tests {
             ("3 units of stock", "a quantity"),
             ("open", "a status"),
             ("In progress", "a status"),
+            ("2. Scope", "a section heading"),
+            ("7.1. Payment Terms", "a section heading"),
+            (
+                "Purchase order that the Customer issues and the Supplier accepts",
+                "a clause",
+            ),
+            (
+                "Quoted Unit Price for at least thirty (30) days from the date of the quote",
+                "a clause",
+            ),
         ] {
             assert_eq!(non_entity_kind(name), Some(kind), "{name}");
         }
@@ -788,6 +819,11 @@ mod tests {
             "20th Century Fox",
             "7 Days Inn",
             "Per Larsen",
+            "2.0 Release Train",
+            "Bank of America",
+            "Draft MSA between Acme Corp and Northwind Outfitters",
+            "Master Services Agreement between the parties effective 1 February 2024",
+            "International Brotherhood of Electrical Workers Local Union No. 1245",
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
         }

@@ -6,6 +6,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
 use crate::spec::ontology::PropertyType;
+use crate::text::MONTH_NAMES;
 
 /// Checks a value against a property kind and returns its stored form.
 pub fn check_value(kind: PropertyType, value: &Value) -> Option<Value> {
@@ -107,21 +108,6 @@ const END_DATE_WORDS: [(&str, bool); 10] = [
     ("ended", false),
     ("expired", false),
     ("terminated", false),
-];
-
-const MONTH_NAMES: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
 ];
 
 const WEEKDAY_NAMES: [&str; 7] = [
