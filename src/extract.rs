@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -1507,20 +1507,23 @@ fn fact_times(
     // episode's own day takes the episode's time, so that two episodes of
     // one day keep their order (a move in the afternoon after a join that
     // morning). A time the model did write is kept.
+    let on_day = |day: NaiveDate| {
+        if day == reference.date_naive() {
+            reference
+        } else {
+            day.and_time(NaiveTime::MIN).and_utc()
+        }
+    };
     let written = |v: Option<&str>| {
         let t = parse_time(v).ok().flatten()?;
         let date_only = v.is_some_and(|v| v.trim().len() == 10);
-        Some(if date_only && t.date_naive() == reference.date_naive() {
-            reference
-        } else {
-            t
-        })
+        Some(if date_only { on_day(t.date_naive()) } else { t })
     };
     let (mut valid_at, mut invalid_at) = (written(valid_at), written(invalid_at));
     if invalid_at.is_none() {
         // "On contract until the end of March": the sentence gives an end
         // the model left out.
-        invalid_at = stated_end(text, reference);
+        invalid_at = stated_end(text, reference.date_naive()).map(on_day);
     }
     let ends = crate::text::states_an_end(text);
     if valid_at.is_some() && invalid_at == valid_at && !ends {
@@ -2202,6 +2205,11 @@ mod tests {
                 "Hamid is on contract until the end of March."
             ),
             (None, t("2025-03-28"))
+        );
+        // An end the sentence puts on the episode's own day: its time.
+        assert_eq!(
+            times(None, None, "Hamid's contract with Tidewell ends tonight"),
+            (None, Some(reference))
         );
         // Ended with no date: at the episode's time, and a start at that
         // very time is dropped.

@@ -121,35 +121,24 @@ const WEEKDAY_NAMES: [&str; 7] = [
 ];
 
 /// The day a fact sentence says its relationship ends or ended, resolved
-/// against `reference` (the episode's time): the date after an end word
+/// against `today` (the episode's day): the date after an end word
 /// ([`END_DATE_WORDS`]) written as `YYYY-MM-DD`, "31 March [2025]",
 /// "March 31[, 2025]", "[the] end of March", "[the] end of the month /
 /// quarter / year", "March" (its first day: "until March"), "today",
 /// "tonight", "tomorrow", "yesterday" or a weekday. A date without a year
-/// is the nearest one on the side the end word points to. The episode's
-/// own day is the episode's time; other days are midnight UTC. `None` when
-/// no end word is followed by a date.
+/// is the nearest one on the side the end word points to. `None` when no
+/// end word is followed by a date.
 ///
 /// Small models often write "X is on contract with Y until the end of
 /// March" as the fact and leave its end empty; this gives it one.
-pub fn stated_end(fact: &str, reference: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let words: Vec<String> = fact
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    let today = reference.date_naive();
+pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
+    let words: Vec<String> = crate::text::words(fact).map(str::to_lowercase).collect();
     words.iter().enumerate().find_map(|(i, w)| {
         let ahead = END_DATE_WORDS
             .iter()
             .find(|(word, _)| word == w)
             .map(|(_, ahead)| *ahead)?;
-        let day = date_at(&words[i + 1..], today, ahead)?;
-        Some(if day == today {
-            reference
-        } else {
-            day.and_hms_opt(0, 0, 0)?.and_utc()
-        })
+        date_at(&words[i + 1..], today, ahead)
     })
 }
 
@@ -204,16 +193,18 @@ fn nearest(today: NaiveDate, month: u32, day: u32, ahead: bool) -> Option<NaiveD
     })
 }
 
+/// `words` without the leading ones among `filler`.
+fn skip<'a>(words: &'a [String], filler: &[&str]) -> &'a [String] {
+    let n = words
+        .iter()
+        .take_while(|w| filler.contains(&w.as_str()))
+        .count();
+    &words[n..]
+}
+
 /// The date the words after an end word begin with (see [`stated_end`]).
 fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate> {
     use chrono::{Datelike, Days};
-    let skip = |w: &[String], filler: &[&str]| {
-        let n = w
-            .iter()
-            .take_while(|x| filler.contains(&x.as_str()))
-            .count();
-        w[n..].to_vec()
-    };
     let w = skip(words, &["on", "at", "by", "in", "the", "this", "next"]);
     let first = w.first()?.as_str();
     let dated = |month: u32, day: u32, year: Option<i32>| match year {
@@ -321,8 +312,8 @@ mod tests {
     #[test]
     fn a_sentence_that_says_when_it_ends_gives_its_end() {
         let reference = parse_time(Some("2025-02-10T09:15:00Z")).unwrap().unwrap();
-        let end = |s: &str| stated_end(s, reference).map(|t| t.to_rfc3339());
-        let day = |d: &str| Some(format!("{d}T00:00:00+00:00"));
+        let end = |s: &str| stated_end(s, reference.date_naive()).map(|d| d.to_string());
+        let day = |d: &str| Some(d.to_string());
         for (fact, want) in [
             (
                 "Hamid is on contract with Tidewell until the end of March.",
@@ -330,7 +321,7 @@ mod tests {
             ),
             (
                 "Hamid's contract with Tidewell ends tonight",
-                Some(reference.to_rfc3339()),
+                day("2025-02-10"),
             ),
             ("The lease runs until 31 January 2026", day("2026-01-31")),
             ("The lease runs until 31st January", day("2026-01-31")),

@@ -395,18 +395,14 @@ async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
         failures.iter().any(|r| r["stage"] == "source"),
         "{failures:?}"
     );
+    let a_reason_says = |words: &str| {
+        failures
+            .iter()
+            .any(|r| r["reason"].as_str().unwrap_or_default().contains(words))
+    };
+    assert!(a_reason_says("is a date or a number"), "{failures:?}");
     assert!(
-        failures.iter().any(|r| r["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("is a date or a number")),
-        "{failures:?}"
-    );
-    assert!(
-        failures.iter().any(|r| r["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("`Generic Noun` shares no word with the episode or its context")),
+        a_reason_says("`Generic Noun` shares no word with the episode or its context"),
         "a name the episode does not write is made up: {failures:?}"
     );
     assert!(nodes.iter().all(|n| n["name"] != "Generic Noun"));
