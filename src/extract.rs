@@ -533,32 +533,52 @@ fn type_word(name: &str) -> String {
 
 /// The names of an ontology's entity types as a model may write them as
 /// entity names: each as a [`type_word`] ("Order Form" for `OrderForm`),
-/// and each acronym type (`MSA`, `SLA`: a name in capitals) by the
-/// initials of the words that spell it out ("Master Services Agreement").
+/// each acronym type (`MSA`, `SLA`: a name in capitals) by the initials
+/// of the words that spell it out ("Master Services Agreement"), and each
+/// type of two or more words by its initials in capitals ("PO" for
+/// `PurchaseOrder`).
 #[derive(Debug, Clone)]
 struct TypeWords {
     /// Every entity type name as a [`type_word`].
     words: Vec<String>,
     /// The acronym type names, in lower case.
     acronyms: Vec<String>,
+    /// The initials of the type names of two or more words, in capitals.
+    initials: Vec<String>,
 }
 
 impl TypeWords {
     fn new(ontology: &Ontology) -> Self {
         let names = ontology.entity_types.keys();
+        let initials = names
+            .clone()
+            .filter_map(|k| {
+                let capitals: String = k.chars().filter(char::is_ascii_uppercase).collect();
+                let camel = capitals.len() >= 2
+                    && k.starts_with(|c: char| c.is_ascii_uppercase())
+                    && k.chars().any(|c| c.is_ascii_lowercase());
+                camel.then_some(capitals)
+            })
+            .collect();
         TypeWords {
             words: names.clone().map(|k| type_word(k)).collect(),
             acronyms: names
                 .filter(|k| k.len() >= 2 && k.chars().all(|c| c.is_ascii_uppercase()))
                 .map(|k| k.to_ascii_lowercase())
                 .collect(),
+            initials,
         }
     }
 
-    /// Whether `name` spells a type: as a type word, or, when it is two or
-    /// more words of letters, by its initials as an acronym type.
+    /// Whether `name` spells a type: as a type word, as the initials of a
+    /// type of several words, or, when it is two or more words of letters,
+    /// by its initials as an acronym type.
     fn spelled_by(&self, name: &str) -> bool {
         if self.words.contains(&type_word(name)) {
+            return true;
+        }
+        let bare = name.trim().trim_end_matches(['.', 's']);
+        if self.initials.iter().any(|i| i == bare) {
             return true;
         }
         let words: Vec<&str> = crate::text::words(name).collect();
@@ -808,8 +828,10 @@ pub async fn extract_entities(
             .trim_matches(|c: char| c == '"' || c == '\'')
             .trim()
             .to_string();
-        // A name with a code keeps the code as the episode writes it.
+        // A name with a code keeps the code as the episode writes it, and
+        // a count in front of a name is not part of it.
         let name = crate::text::as_written(&name, &episode.content);
+        let name = crate::text::without_count(&name).to_string();
         let normalized = normalize_name(&name);
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractEntities,
@@ -832,6 +854,12 @@ pub async fn extract_entities(
         }
         if let Some(kind) = crate::text::non_entity_kind(&name) {
             rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
+            continue;
+        }
+        if crate::text::month_as_date(&name, &episode.content) {
+            rejected.push(reject(format!(
+                "`{name}` is a month the episode uses as a date, not an entity"
+            )));
             continue;
         }
         // Every name is copied from what the model was shown; one that
@@ -1470,6 +1498,7 @@ pub async fn extract_facts(
             f.valid_at.as_deref(),
             f.invalid_at.as_deref(),
             text,
+            || pair_sentence_end(&episode.content, mentions, s, t, episode.reference_time),
             episode.reference_time,
         );
         let key = (
@@ -1495,12 +1524,76 @@ pub async fn extract_facts(
     Ok((facts, rejected))
 }
 
-/// A fact's `valid_at` and `invalid_at` from what the model wrote and the
-/// fact's sentence, at an episode written at `reference`.
+/// The day an end word in the episode puts on the relationship between
+/// mentions `a` and `b`: read ([`stated_end`]) from a sentence of
+/// `content` that names both and no other mention of the episode. Small
+/// models restate "Today is Hamid's last day: his contract with Tidewell
+/// ends tonight" as "Hamid works for Tidewell", leaving the end behind; a
+/// sentence that also names a third entity ("Priya's contract with Acme
+/// ended in February and she joined Brightline") may be about another
+/// relationship and is not read.
+fn pair_sentence_end(
+    content: &str,
+    mentions: &[Mention],
+    a: usize,
+    b: usize,
+    reference: DateTime<Utc>,
+) -> Option<NaiveDate> {
+    // A mention is named by its whole name, or by its first word as the
+    // text capitalises it ("Hamid" for "Hamid Castellanos").
+    let named = |m: &Mention, words: &[&str]| {
+        let whole: Vec<String> = crate::text::words(&m.name).map(str::to_lowercase).collect();
+        let first = crate::text::words(&m.name)
+            .next()
+            .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase));
+        (!whole.is_empty()
+            && words
+                .windows(whole.len())
+                .any(|win| win.iter().zip(&whole).all(|(w, n)| w.to_lowercase() == *n)))
+            || first.is_some_and(|f| words.contains(&f))
+    };
+    // A chat line's speaker ("Arjun Raghunathan: …") is who writes the
+    // sentence, not whom it is about.
+    content
+        .lines()
+        .map(|line| match line.split_once(": ") {
+            Some((speaker, said))
+                if (1..=4).contains(&speaker.split_whitespace().count())
+                    && speaker
+                        .split_whitespace()
+                        .all(|w| w.starts_with(char::is_uppercase)) =>
+            {
+                said
+            }
+            _ => line,
+        })
+        .flat_map(|line| line.split(['.', '!', '?', ';']))
+        .filter(|sentence| !sentence.trim().is_empty())
+        .find_map(|sentence| {
+            let words: Vec<&str> = crate::text::words(sentence).collect();
+            let about_pair = named(&mentions[a], &words)
+                && named(&mentions[b], &words)
+                && mentions
+                    .iter()
+                    .enumerate()
+                    .all(|(i, m)| i == a || i == b || !named(m, &words));
+            if about_pair {
+                stated_end(sentence, reference.date_naive())
+            } else {
+                None
+            }
+        })
+}
+
+/// A fact's `valid_at` and `invalid_at` from what the model wrote, the
+/// fact's sentence and, when both leave the end out, `episode_end` (the
+/// end the episode states for the pair, [`pair_sentence_end`]), at an
+/// episode written at `reference`.
 fn fact_times(
     valid_at: Option<&str>,
     invalid_at: Option<&str>,
     text: &str,
+    episode_end: impl FnOnce() -> Option<NaiveDate>,
     reference: DateTime<Utc>,
 ) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
     // The schema asks for dates without a time of day; a date on the
@@ -1520,23 +1613,24 @@ fn fact_times(
         Some(if date_only { on_day(t.date_naive()) } else { t })
     };
     let (mut valid_at, mut invalid_at) = (written(valid_at), written(invalid_at));
-    if invalid_at.is_none() {
-        // "On contract until the end of March": the sentence gives an end
-        // the model left out.
-        invalid_at = stated_end(text, reference.date_naive()).map(on_day);
-    }
     let ends = crate::text::states_an_end(text);
     if valid_at.is_some() && invalid_at == valid_at && !ends {
-        // One moment for both is an event ("signed on"), not a
-        // relationship that ended the moment it began.
+        // One moment for both, as the model wrote them, is an event
+        // ("signed on"), not a relationship that ended the moment it began.
         invalid_at = None;
     }
-    if invalid_at.is_none() && ends {
-        // The text says it ended and the model gave no end: it had ended
-        // by the episode's time. A start at that very time is the
-        // prompt's default for a current fact, not a start.
-        invalid_at = Some(reference);
-        if valid_at == invalid_at {
+    if invalid_at.is_none() {
+        // "On contract until the end of March": the fact's sentence, or
+        // the episode's about the pair, gives an end the model left out.
+        // Else, when the text says it ended, it had ended by the
+        // episode's time.
+        invalid_at = stated_end(text, reference.date_naive())
+            .or_else(episode_end)
+            .map(on_day)
+            .or(ends.then_some(reference));
+        if invalid_at.is_some() && valid_at == invalid_at {
+            // A start at that very time is the prompt's default for a
+            // current fact, not a start.
             valid_at = None;
         }
     }
@@ -1824,6 +1918,10 @@ mod tests {
             !is_type("Tidewell East Asia Markets"),
             "initials match acronym types only"
         );
+        assert!(is_type("OF"), "the initials of a type of two words");
+        assert!(is_type("OFs"));
+        assert!(!is_type("Of"), "initials are written in capitals");
+        assert!(!is_type("T"), "a type of one word has no initials");
     }
 
     #[test]
@@ -2169,7 +2267,7 @@ mod tests {
             .expect("time")
             .expect("some");
         let t = |s: &str| parse_time(Some(s)).expect("time");
-        let times = |v, i, text| fact_times(v, i, text, reference);
+        let times = |v, i, text| fact_times(v, i, text, || None, reference);
         // A date on the episode's day is the episode's time; a written
         // time, or another day, is kept.
         assert_eq!(
@@ -2216,6 +2314,80 @@ mod tests {
         assert_eq!(
             times(Some("2025-02-10"), None, "Hamid has left Tidewell"),
             (None, Some(reference))
+        );
+        // The episode's end for the pair, when the fact's sentence has none.
+        let today = reference.date_naive();
+        assert_eq!(
+            fact_times(
+                Some("2025-02-10"),
+                None,
+                "Hamid works for Tidewell",
+                || Some(today),
+                reference
+            ),
+            (None, Some(reference))
+        );
+        assert_eq!(
+            fact_times(
+                None,
+                Some("2025-03-28"),
+                "Hamid works for Tidewell",
+                || panic!("not read when the model gave an end"),
+                reference
+            ),
+            (None, t("2025-03-28"))
+        );
+    }
+
+    #[test]
+    fn an_end_is_read_from_an_episode_sentence_that_names_the_pair_and_no_other_entity() {
+        let reference = parse_time(Some("2025-03-31T17:05:00Z"))
+            .expect("time")
+            .expect("some");
+        let mention = |name: &str| Mention {
+            episode_id: "e".into(),
+            name: name.into(),
+            chain: Vec::new(),
+            attributes: Map::new(),
+            context: String::new(),
+            mapped: false,
+        };
+        let mentions = [
+            mention("Hamid Castellanos"),
+            mention("Tidewell"),
+            mention("Arjun Raghunathan"),
+            mention("Acme"),
+        ];
+        let end = |content: &str, a, b| {
+            pair_sentence_end(content, &mentions, a, b, reference).map(|d| d.to_string())
+        };
+        let chat = "Arjun Raghunathan: Today is Hamid's last day: his contract with Tidewell \
+                    ends tonight. SEC-11 is closed.";
+        assert_eq!(end(chat, 0, 1).as_deref(), Some("2025-03-31"));
+        assert_eq!(end(chat, 1, 0).as_deref(), Some("2025-03-31"));
+        assert_eq!(end(chat, 2, 1), None, "the speaker is not in the sentence");
+        assert_eq!(
+            end(
+                "Today Hamid's contract with Tidewell ends, Arjun says: tonight.",
+                0,
+                1
+            ),
+            None,
+            "a third entity in the sentence"
+        );
+        assert_eq!(
+            end(
+                "Hamid's contract with Acme ended yesterday and he joined Tidewell.",
+                0,
+                1
+            ),
+            None,
+            "a sentence about another relationship too"
+        );
+        assert_eq!(
+            end("Hamid works for Tidewell. Acme's deal ends tonight.", 0, 1),
+            None,
+            "the end is in another sentence"
         );
     }
 }

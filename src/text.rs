@@ -525,7 +525,101 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     if lower_words >= 5 && !determiner {
         return Some("a clause");
     }
+    // A day said relative to the text ("Imaging starts tomorrow"): names
+    // write such words capitalised ("The Today Show"), sentences do not.
+    if original.len() >= 2 && original.iter().any(|w| RELATIVE_DAYS.contains(w)) {
+        return Some("a clause");
+    }
+    // Someone's group or thing, told by a possessive and common nouns
+    // ("Ingrid's legal team", "Hamid's last day"); a possessive name with
+    // no lower-case words after it ("McDonald's", "Moody's Investors
+    // Service") is a name.
+    if let Some(at) = original
+        .iter()
+        .position(|w| w.ends_with("'s") || w.ends_with("\u{2019}s"))
+    {
+        let rest = &original[at + 1..];
+        if !rest.is_empty()
+            && rest
+                .iter()
+                .all(|w| w.chars().next().is_some_and(char::is_lowercase))
+        {
+            return Some("a description");
+        }
+    }
+    // A choice between names ("Owen or Felix"): not one entity.
+    if original.len() >= 3
+        && original.windows(3).any(|w| {
+            w[1] == "or"
+                && w[0].starts_with(char::is_uppercase)
+                && w[2].starts_with(char::is_uppercase)
+        })
+    {
+        return Some("a choice between names");
+    }
     None
+}
+
+/// Words that place a day relative to when the text was written.
+const RELATIVE_DAYS: [&str; 4] = ["today", "tonight", "tomorrow", "yesterday"];
+
+/// Whether `name` is only a month name (or its abbreviation) that `text`
+/// uses as a date: after a word that places a time ("in June", "the
+/// first week of July", "by Sept.") or before a number ("June 3", "July
+/// 2025"). A month name that `text` writes otherwise, such as a person's
+/// ("June said …"), is left to the other rules.
+pub fn month_as_date(name: &str, text: &str) -> bool {
+    const BEFORE: [&str; 16] = [
+        "in", "of", "by", "until", "till", "since", "from", "before", "after", "during", "through",
+        "next", "last", "early", "late", "mid",
+    ];
+    let name = name.trim().trim_end_matches('.');
+    if name.is_empty() || name.contains(char::is_whitespace) || !is_month(&name.to_lowercase()) {
+        return false;
+    }
+    let written: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|w| !w.is_empty())
+        .collect();
+    written.iter().enumerate().any(|(i, w)| {
+        let bare = w.trim_end_matches(['.', ':', ';', '!', '?']);
+        if !bare.eq_ignore_ascii_case(name) {
+            return false;
+        }
+        let before = i
+            .checked_sub(1)
+            .map(|j| written[j].to_lowercase())
+            .is_some_and(|b| BEFORE.contains(&b.as_str()));
+        let after = written
+            .get(i + 1)
+            .is_some_and(|a| a.starts_with(|c: char| c.is_ascii_digit()));
+        before || after
+    })
+}
+
+/// A name without the count a model wrote in front of it: "12 Ridgeback
+/// 14 laptops" is twelve of "Ridgeback 14 laptops". Only a bare number
+/// before a name that holds a capitalised word and ends in a plural
+/// common noun is a count; "1 World Trade Center", "7 Days Inn", "101
+/// Dalmatians" and "20th Century Fox" are names and are kept whole.
+pub fn without_count(name: &str) -> &str {
+    let trimmed = name.trim();
+    let Some((first, rest)) = trimmed.split_once(char::is_whitespace) else {
+        return trimmed;
+    };
+    let rest = rest.trim_start();
+    let count = first.starts_with(|c: char| c.is_ascii_digit())
+        && first.chars().all(|c| c.is_ascii_digit() || c == ',');
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let named = words.iter().any(|w| w.starts_with(char::is_uppercase));
+    let plural = words.last().is_some_and(|w| {
+        w.len() > 3 && w.ends_with('s') && !w.ends_with("ss") && w.chars().all(char::is_lowercase)
+    });
+    if count && words.len() >= 2 && named && plural {
+        rest
+    } else {
+        trimmed
+    }
 }
 
 /// Text as attribute grounding compares it: lower case, letters and
@@ -816,6 +910,10 @@ mod tests {
                 "Quoted unit price for at least thirty (30) days from the date of the quote",
                 "a clause",
             ),
+            ("Imaging starts tomorrow", "a clause"),
+            ("Ingrid's legal team", "a description"),
+            ("Hamid\u{2019}s last day", "a description"),
+            ("Owen or Felix or Owen or Felix", "a choice between names"),
         ] {
             assert_eq!(non_entity_kind(name), Some(kind), "{name}");
         }
@@ -838,8 +936,50 @@ mod tests {
             "the master services agreement effective 15 April 2024",
             "our existing agreement with them",
             "International Brotherhood of Electrical Workers Local Union No. 1245",
+            "The Today Show",
+            "McDonald's",
+            "Moody's Investors Service",
+            "Procter and Gamble",
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_month_name_the_text_uses_as_a_date_is_a_date_and_a_given_name_is_not() {
+        let text = "Delivery is planned for the first week of July. Renewal is due in June; \
+                    Sept. 3 at the latest. June said she would check.";
+        for name in ["July", "June", "Sept", "Sept."] {
+            assert!(month_as_date(name, text), "{name}");
+        }
+        assert!(!month_as_date("June", "June said she would check."));
+        assert!(!month_as_date("August", text), "not in the text");
+        assert!(!month_as_date("June Carter", text), "a month and more");
+        assert!(!month_as_date("Acme", "in Acme"));
+    }
+
+    #[test]
+    fn a_count_in_front_of_a_named_product_is_dropped_and_names_led_by_a_number_are_kept() {
+        assert_eq!(
+            without_count("12 Ridgeback 14 laptops"),
+            "Ridgeback 14 laptops"
+        );
+        assert_eq!(without_count("40 Lumen 27 monitors"), "Lumen 27 monitors");
+        assert_eq!(
+            without_count(" 1,200 Corvid Workspace seats"),
+            "Corvid Workspace seats"
+        );
+        for name in [
+            "1 World Trade Center",
+            "7 Days Inn",
+            "101 Dalmatians",
+            "20th Century Fox",
+            "40 laptops",
+            "3M",
+            "24/7 remote help desk",
+            "2 Broadway Partners",
+        ] {
+            assert_eq!(without_count(name), name, "{name}");
         }
     }
 
