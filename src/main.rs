@@ -526,6 +526,9 @@ enum BenchCommand {
         /// Turn fuzzy (MinHash/LSH) candidates off.
         #[arg(long)]
         no_fuzzy: bool,
+        /// Turn longer-name proposals off (resolve.longer_names).
+        #[arg(long)]
+        no_longer_names: bool,
         /// LSH bands (resolve.lsh_bands).
         #[arg(long, default_value_t = graphloom::resolve::ResolveSpec::default().lsh_bands)]
         lsh_bands: usize,
@@ -1465,6 +1468,7 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
             existing_share,
             repeat_share,
             no_fuzzy,
+            no_longer_names,
             lsh_bands,
             lsh_rows,
             lsh_max_bucket,
@@ -1477,6 +1481,7 @@ async fn bench(command: BenchCommand) -> Result<ExitCode, Error> {
                 .transpose()?;
             let spec = graphloom::resolve::ResolveSpec {
                 fuzzy: !no_fuzzy,
+                longer_names: !no_longer_names,
                 lsh_bands,
                 lsh_rows,
                 lsh_max_bucket,

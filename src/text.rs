@@ -43,6 +43,35 @@ pub fn fold_suffixes<S: AsRef<str>>(normalized: &str, suffixes: &[S]) -> String 
     words.join(" ")
 }
 
+/// The names a folded name may have been written as before a model added
+/// words to it or wrote it in the singular: its first two, three, …
+/// words, up to all but the last ("lumen 27 monitors" → "lumen 27"), and
+/// the plural of each of those and of the whole name when it ends in a
+/// word of letters ("ridgeback 14 laptop 16gb" → "ridgeback 14 laptops";
+/// "lumen 27 monitor" → "lumen 27 monitors"). Only names of two or more
+/// words: one word is the partial rule's.
+pub fn name_stems(folded: &str) -> Vec<String> {
+    let mut ends: Vec<usize> = folded.match_indices(' ').map(|(i, _)| i).skip(1).collect();
+    if folded.contains(' ') {
+        ends.push(folded.len());
+    }
+    let mut out = Vec::with_capacity(ends.len() * 2);
+    for &end in &ends {
+        let stem = &folded[..end];
+        if end < folded.len() {
+            out.push(stem.to_string());
+        }
+        let last = stem.rsplit(' ').next().unwrap_or(stem);
+        if last.chars().count() >= 3
+            && last.chars().all(char::is_alphabetic)
+            && !last.ends_with('s')
+        {
+            out.push(format!("{stem}s"));
+        }
+    }
+    out
+}
+
 /// Hashes of the character 3-shingles of a normalised name, sorted and
 /// without repeats. The name is padded with a space on each side so short
 /// words still yield shingles and word starts and ends count.
@@ -943,6 +972,30 @@ mod tests {
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
         }
+    }
+
+    #[test]
+    fn a_name_offers_its_leading_words_and_plurals_as_stems() {
+        assert_eq!(
+            name_stems("acme msa 2024 02 01"),
+            ["acme msa", "acme msas", "acme msa 2024", "acme msa 2024 02"]
+        );
+        assert_eq!(name_stems("lumen 27 monitors"), ["lumen 27"]);
+        assert_eq!(
+            name_stems("lumen 27 monitor"),
+            ["lumen 27", "lumen 27 monitors"]
+        );
+        assert_eq!(
+            name_stems("ridgeback 14 laptop 16gb"),
+            [
+                "ridgeback 14",
+                "ridgeback 14 laptop",
+                "ridgeback 14 laptops"
+            ]
+        );
+        assert!(name_stems("lumen 27").is_empty());
+        assert!(name_stems("acme").is_empty());
+        assert!(name_stems("").is_empty());
     }
 
     #[test]

@@ -161,6 +161,24 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
             Ok(ColumnarValue::Array(Arc::new(out)))
         }),
     );
+    let stems = create_udf(
+        "name_stems",
+        vec![DataType::Utf8],
+        list_of(DataType::Utf8),
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let names = strings(&arrays[0])?;
+            let mut out = ListBuilder::new(StringBuilder::new());
+            for n in names.as_string::<i32>().iter() {
+                for stem in n.map(crate::text::name_stems).unwrap_or_default() {
+                    out.values().append_value(stem);
+                }
+                out.append(true);
+            }
+            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+        }),
+    );
     let name_bands = create_udf(
         "name_bands",
         vec![DataType::Utf8, DataType::Utf8],
@@ -248,7 +266,14 @@ pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec
             Ok(ColumnarValue::Array(Arc::new(out.finish())))
         }),
     );
-    vec![fold, name_bands, similarity, compatible, identity_keys]
+    vec![
+        fold,
+        stems,
+        name_bands,
+        similarity,
+        compatible,
+        identity_keys,
+    ]
 }
 
 /// Marks an identity property whose different values do not keep two
@@ -384,6 +409,8 @@ pub enum Kind {
     LinkGrey,
     /// A nearest neighbour by name embedding (a proposal only).
     Embedding,
+    /// The target's name with words added at the end (a proposal only).
+    Longer,
 }
 
 /// One candidate pair from the joins.
@@ -446,6 +473,11 @@ pub async fn candidates(
     if spec.fuzzy {
         probe_bands(ctx, &probe).await?;
     }
+    let stems = if spec.longer_names {
+        name_stems_table(ctx, &probe).await?
+    } else {
+        0
+    };
     for (side, is_mention) in [(node_side, false), (mention_side, true)] {
         // Mention pairs are symmetric: keep each once.
         let order = if is_mention {
@@ -525,6 +557,23 @@ pub async fn candidates(
                 ),
             ));
         }
+        if stems > 0 {
+            let order = if is_mention {
+                "AND p.mention_id <> t.target"
+            } else {
+                ""
+            };
+            queries.push((
+                Kind::Longer,
+                format!(
+                    "WITH p AS (SELECT mention_id, group_id, labels, stem FROM {STEMS}), t AS ({side}) \
+                     SELECT p.mention_id, t.target, 0.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, \
+                     identity_keys(t.type, t.attributes) AS ids \
+                     FROM p JOIN t ON p.group_id = t.group_id AND p.stem = t.folded \
+                     WHERE chains_compatible(p.labels, t.labels) {order}"
+                ),
+            ));
+        }
         for (kind, sql) in queries {
             let started = std::time::Instant::now();
             let before = out.len();
@@ -560,6 +609,7 @@ pub async fn candidates(
         }
     }
     let _ = ctx.deregister_table(PB);
+    let _ = ctx.deregister_table(STEMS);
     if !spec.linkage.is_empty() {
         super::linkage::linkage_pairs(ctx, nodes, &spec.linkage, mentions, &mut out).await?;
     }
@@ -861,6 +911,33 @@ async fn fuzzy_pairs(
 /// `band`), built once by [`probe_bands`] for both sides' fuzzy joins.
 const PB: &str = "resolve_probe_bands";
 
+/// The probing mentions' name stems ([`crate::text::name_stems`]), one row
+/// per stem.
+const STEMS: &str = "resolve_name_stems";
+
+/// Builds [`STEMS`] from the probing mentions; returns its rows. Each
+/// mention's name without its last words probes the targets' names
+/// ("lumen 27 monitors" finds "lumen 27"); only stems of two or more
+/// words, since a one-word name is the partial rule's. Kept as a table of
+/// known size, so that the joins hold it, not the committed nodes, in
+/// their hash table (over an `unnest` the planner cannot tell which side
+/// is small); most runs have few stems, and none skip the joins.
+async fn name_stems_table(ctx: &SessionContext, probe: &str) -> Result<usize, DataFusionError> {
+    materialize(
+        ctx,
+        STEMS,
+        &format!(
+            "SELECT mention_id, group_id, labels, unnest(name_stems(folded)) AS stem FROM ({probe})"
+        ),
+    )
+    .await?;
+    ctx.table(STEMS)
+        .await?
+        .count()
+        .await
+        .map_err(|e| e.context(format!("counting the rows of {STEMS}")))
+}
+
 /// Builds [`PB`] from the probing mentions.
 async fn probe_bands(ctx: &SessionContext, probe: &str) -> Result<(), DataFusionError> {
     let t0 = std::time::Instant::now();
@@ -1131,11 +1208,11 @@ impl Clusters {
     ///    node and no multi-word name joins the only cluster its word
     ///    starts; two or more (or one first word shared by several
     ///    committed nodes) leave it open.
-    /// 4. Embedding neighbours never link: a mention whose cluster still
-    ///    has no committed node and that is not open is left open with its
-    ///    neighbours as the options.
+    /// 4. Embedding neighbours and shorter names (a [`Kind::Longer`]
+    ///    pair) never link: a mention whose cluster still has no committed
+    ///    node and that is not open is left open with them as the options.
     pub fn apply(&mut self, pairs: &[Pair], spec: &ResolveSpec) -> Vec<Ambiguity> {
-        let mut counts = [0usize; 7];
+        let mut counts = [0usize; 8];
         for p in pairs {
             counts[p.kind as usize] += 1;
         }
@@ -1147,6 +1224,7 @@ impl Clusters {
             Kind::Linked,
             Kind::LinkGrey,
             Kind::Embedding,
+            Kind::Longer,
         ]
         .into_iter()
         .zip(counts)
@@ -1322,10 +1400,21 @@ impl Clusters {
                 }
             }
         }
-        // 4. Embedding neighbours are proposals for mentions no rule placed
-        // (no committed node in their cluster, not open already); a pair of
-        // two such mentions is asked about once.
-        let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
+        // 4. Embedding neighbours and shorter names are proposals for
+        // mentions no rule placed (no committed node in their cluster, not
+        // open already); a pair of two such mentions is asked about once,
+        // and not again when an earlier rule left one open about the other
+        // ("Brightline Systems" open about the grey-band "Brightline
+        // System", which extends to it in the plural).
+        let mut asked: BTreeSet<(usize, usize)> = open
+            .values()
+            .flat_map(|a| {
+                a.options.iter().filter_map(move |o| match o.target {
+                    Target::Mention(t) => Some((a.mention, t)),
+                    Target::Node(_) => None,
+                })
+            })
+            .collect();
         for (&m, list) in &by_mention {
             if open.contains_key(&m) {
                 continue;
@@ -1336,7 +1425,7 @@ impl Clusters {
             }
             let mut options: Vec<Pair> = list
                 .iter()
-                .filter(|p| p.kind == Kind::Embedding)
+                .filter(|p| matches!(p.kind, Kind::Embedding | Kind::Longer))
                 .filter(|p| !matches!(p.target, Target::Mention(t) if asked.contains(&(t, m))))
                 .filter(|p| self.could_join(m, p))
                 .map(|p| (*p).clone())
@@ -1350,12 +1439,19 @@ impl Clusters {
                     asked.insert((m, t));
                 }
             }
+            let reason = if options.iter().all(|p| p.kind == Kind::Embedding) {
+                "only embedding neighbours"
+            } else if options.iter().all(|p| p.kind == Kind::Longer) {
+                "only shorter names it extends"
+            } else {
+                "only embedding neighbours and shorter names it extends"
+            };
             open.insert(
                 m,
                 Ambiguity {
                     mention: m,
                     options,
-                    reason: "only embedding neighbours",
+                    reason,
                 },
             );
         }

@@ -63,6 +63,11 @@ pub struct ResolveSpec {
     /// multi-word name starting with that word ("Sarah Brown"); with two
     /// or more such names it is ambiguous.
     pub partial_names: bool,
+    /// A name that is another name of a compatible type with words added
+    /// at the end ("Lumen 27 monitors", "Acme MSA 2024-02-01" after
+    /// "Lumen 27", "Acme MSA") is proposed to the adjudicator as that
+    /// entity; it never merges without a yes. Off: such names stay apart.
+    pub longer_names: bool,
     /// A text mention whose name is exactly a record's entity's name (a
     /// mapped mention or a committed node of origin `map`, same group,
     /// names folded) but of an incompatible type takes the record's type,
@@ -403,6 +408,7 @@ impl Default for ResolveSpec {
             lsh_rows: 6,
             lsh_max_bucket: 64,
             partial_names: true,
+            longer_names: true,
             record_types_win: true,
             adjudicate: true,
             adjudication_batch_size: 10,

@@ -226,6 +226,70 @@ async fn a_first_name_joins_the_only_full_name_and_stays_apart_when_shared() {
 }
 
 #[tokio::test]
+async fn a_longer_name_is_proposed_as_its_shorter_name_and_never_merges_by_itself() {
+    let spec = ResolveSpec::default();
+    let lumen = [key("Lumen 27", &["Product"], "{}")];
+    let longer = [key("Lumen 27 monitors", &["Product"], "{}")];
+    // Against a committed node: an open question, not a merge.
+    let (r, open) = resolve(&lumen, &longer, &spec).await;
+    assert_eq!(node_of(&r, 0), None, "{r:?}");
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].options.len(), 1);
+    assert_eq!(open[0].options[0].target, Target::Node(1));
+    assert_eq!(open[0].reason, "only shorter names it extends");
+    // Between the run's mentions: the longer name asks about the shorter.
+    let mentions = [
+        key("Acme MSA", &["Contract", "MSA"], "{}"),
+        key("Acme MSA 2024-02-01", &["Contract", "MSA"], "{}"),
+    ];
+    let (r, open) = resolve(&[], &mentions, &spec).await;
+    assert!(!together(&r, 0, 1));
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].mention, 1);
+    assert_eq!(open[0].options[0].target, Target::Mention(0));
+    // The shorter name in the plural, or the whole name in the singular.
+    for (committed, mention) in [
+        ("Ridgeback 14 laptops", "Ridgeback 14 laptop, 16GB/512GB"),
+        ("Lumen 27 monitors", "Lumen 27 monitor"),
+    ] {
+        let (r, open) = resolve(
+            &[key(committed, &["Product"], "{}")],
+            &[key(mention, &["Product"], "{}")],
+            &spec,
+        )
+        .await;
+        assert_eq!(node_of(&r, 0), None, "{r:?}");
+        assert_eq!(open.len(), 1, "{mention}: {open:?}");
+    }
+    // Another type, or a name that matches outright, asks nothing.
+    let (_, open) = resolve(&[key("Lumen 27", &["Company"], "{}")], &longer, &spec).await;
+    assert!(open.is_empty(), "{open:?}");
+    let both = [lumen[0].clone(), longer[0].clone()];
+    let (r, open) = resolve(&both, &longer, &spec).await;
+    assert_eq!(node_of(&r, 0), Some(2));
+    assert!(open.is_empty(), "{open:?}");
+    // A stem of one word is the partial rule's, not a proposal.
+    let (_, open) = resolve(
+        &[key("Lumen", &["Product"], "{}")],
+        &[key("Lumen 27", &["Product"], "{}")],
+        &ResolveSpec {
+            partial_names: false,
+            ..ResolveSpec::default()
+        },
+    )
+    .await;
+    assert!(open.is_empty(), "{open:?}");
+    // Off: no proposal.
+    let off = ResolveSpec {
+        longer_names: false,
+        ..ResolveSpec::default()
+    };
+    let (r, open) = resolve(&lumen, &longer, &off).await;
+    assert_eq!(node_of(&r, 0), None);
+    assert!(open.is_empty(), "{open:?}");
+}
+
+#[tokio::test]
 async fn codes_siblings_and_other_types_never_merge() {
     let spec = ResolveSpec::default();
     let committed = [
