@@ -1540,16 +1540,24 @@ fn pair_sentence_end(
     reference: DateTime<Utc>,
 ) -> Option<NaiveDate> {
     // A mention is named by its whole name, or by its first word as the
-    // text capitalises it ("Hamid" for "Hamid Castellanos").
-    let named = |m: &Mention, words: &[&str]| {
-        let whole: Vec<String> = crate::text::words(&m.name).map(str::to_lowercase).collect();
-        let first = crate::text::words(&m.name)
-            .next()
-            .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase));
+    // text capitalises it ("Hamid" for "Hamid Castellanos"); each name's
+    // words are taken once, not once per sentence.
+    let names: Vec<(Vec<String>, Option<&str>)> = mentions
+        .iter()
+        .map(|m| {
+            let whole = crate::text::words(&m.name).map(str::to_lowercase).collect();
+            let first = crate::text::words(&m.name)
+                .next()
+                .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase));
+            (whole, first)
+        })
+        .collect();
+    let named = |i: usize, words: &[&str]| {
+        let (whole, first) = &names[i];
         (!whole.is_empty()
             && words
                 .windows(whole.len())
-                .any(|win| win.iter().zip(&whole).all(|(w, n)| w.to_lowercase() == *n)))
+                .any(|win| win.iter().zip(whole).all(|(w, n)| w.to_lowercase() == *n)))
             || first.is_some_and(|f| words.contains(&f))
     };
     // A chat line's speaker ("Arjun Raghunathan: …") is who writes the
@@ -1571,12 +1579,9 @@ fn pair_sentence_end(
         .filter(|sentence| !sentence.trim().is_empty())
         .find_map(|sentence| {
             let words: Vec<&str> = crate::text::words(sentence).collect();
-            let about_pair = named(&mentions[a], &words)
-                && named(&mentions[b], &words)
-                && mentions
-                    .iter()
-                    .enumerate()
-                    .all(|(i, m)| i == a || i == b || !named(m, &words));
+            let about_pair = named(a, &words)
+                && named(b, &words)
+                && (0..names.len()).all(|i| i == a || i == b || !named(i, &words));
             if about_pair {
                 stated_end(sentence, reference.date_naive())
             } else {

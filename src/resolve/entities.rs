@@ -479,11 +479,16 @@ pub async fn candidates(
         0
     };
     for (side, is_mention) in [(node_side, false), (mention_side, true)] {
-        // Mention pairs are symmetric: keep each once.
-        let order = if is_mention {
-            "AND p.mention_id < t.target"
+        // Mention pairs are symmetric: keep each once. Directed kinds
+        // (partial, longer) keep both ways round, but never a mention
+        // paired with itself.
+        let (order, not_self) = if is_mention {
+            (
+                "AND p.mention_id < t.target",
+                "AND p.mention_id <> t.target",
+            )
         } else {
-            ""
+            ("", "")
         };
         let mut queries: Vec<(Kind, String)> = vec![(
             Kind::Name,
@@ -542,27 +547,17 @@ pub async fn candidates(
                      GROUP BY group_id, first, type"
                 )
             };
-            let order = if is_mention {
-                "AND p.mention_id <> t.target"
-            } else {
-                ""
-            };
             queries.push((
                 Kind::Partial,
                 format!(
                     "WITH p AS ({single}), t AS ({targets}) \
                      SELECT p.mention_id, t.target, 0.0 AS score, t.n, t.name, t.labels, t.ids \
                      FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.first \
-                     WHERE chains_compatible(p.labels, t.labels) {order}"
+                     WHERE chains_compatible(p.labels, t.labels) {not_self}"
                 ),
             ));
         }
         if stems > 0 {
-            let order = if is_mention {
-                "AND p.mention_id <> t.target"
-            } else {
-                ""
-            };
             queries.push((
                 Kind::Longer,
                 format!(
@@ -570,7 +565,7 @@ pub async fn candidates(
                      SELECT p.mention_id, t.target, 0.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, \
                      identity_keys(t.type, t.attributes) AS ids \
                      FROM p JOIN t ON p.group_id = t.group_id AND p.stem = t.folded \
-                     WHERE chains_compatible(p.labels, t.labels) {order}"
+                     WHERE chains_compatible(p.labels, t.labels) {not_self}"
                 ),
             ));
         }
