@@ -541,6 +541,8 @@ fn type_word(name: &str) -> String {
 struct TypeWords {
     /// Every entity type name as a [`type_word`].
     words: Vec<String>,
+    /// The entity type names, in the order of `words`.
+    types: Vec<String>,
     /// The acronym type names, in lower case.
     acronyms: Vec<String>,
     /// The initials of the type names of two or more words, in capitals.
@@ -562,12 +564,28 @@ impl TypeWords {
             .collect();
         TypeWords {
             words: names.clone().map(|k| type_word(k)).collect(),
+            types: names.clone().cloned().collect(),
             acronyms: names
                 .filter(|k| k.len() >= 2 && k.chars().all(|c| c.is_ascii_uppercase()))
                 .map(|k| k.to_ascii_lowercase())
                 .collect(),
             initials,
         }
+    }
+
+    /// The type and the code of a name written as a type's words followed
+    /// by one code ("order form AOF-2024-031", "Purchase Order PO-4471"):
+    /// the words say what the entity is, and the code alone is its name,
+    /// the way other episodes and records write it.
+    fn type_and_code<'a>(&self, name: &'a str) -> Option<(&str, &'a str)> {
+        let (words, code) = name.trim().rsplit_once(char::is_whitespace)?;
+        let code = code.trim_matches(|c: char| !c.is_alphanumeric());
+        if !crate::text::is_code(code) {
+            return None;
+        }
+        let words = type_word(words);
+        let i = self.words.iter().position(|w| *w == words)?;
+        Some((self.types[i].as_str(), code))
     }
 
     /// Whether `name` spells a type: as a type word, as the initials of a
@@ -832,6 +850,12 @@ pub async fn extract_entities(
         // a count in front of a name is not part of it.
         let name = crate::text::as_written(&name, &episode.content);
         let name = crate::text::without_count(&name).to_string();
+        // A type's words in front of a code type the entity, whatever type
+        // the model chose ("order form AOF-2024-031" listed as a Product).
+        let (name, named_type) = match type_words.type_and_code(&name) {
+            Some((kind, code)) => (code.to_string(), ontology.entity_tree.chain(kind)),
+            None => (name, None),
+        };
         let normalized = normalize_name(&name);
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractEntities,
@@ -887,8 +911,15 @@ pub async fn extract_entities(
             )));
             continue;
         }
-        let chain = match ontology.entity_tree.get(&e.kind) {
-            Some(node) if node.parent.is_none() => vec![e.kind.clone()],
+        // The model's type stands only when it is the named type or below it.
+        let named_type = named_type.filter(|chain| {
+            !chain
+                .last()
+                .is_some_and(|t| ontology.entity_tree.is_a(&e.kind, t))
+        });
+        let chain = match (named_type, ontology.entity_tree.get(&e.kind)) {
+            (Some(named), _) => named,
+            (None, Some(node)) if node.parent.is_none() => vec![e.kind.clone()],
             _ if e.kind == ENTITY_LABEL => Vec::new(),
             _ => {
                 rejected.push(reject(format!(
@@ -1927,6 +1958,17 @@ mod tests {
         assert!(is_type("OFs"));
         assert!(!is_type("Of"), "initials are written in capitals");
         assert!(!is_type("T"), "a type of one word has no initials");
+        let typed = |name: &'static str| words.type_and_code(name);
+        assert_eq!(
+            typed("order form AOF-2024-031"),
+            Some(("OrderForm", "AOF-2024-031"))
+        );
+        assert_eq!(typed("ORDER FORM OF-601."), Some(("OrderForm", "OF-601")));
+        assert_eq!(typed("MSA M-2024-1"), Some(("MSA", "M-2024-1")));
+        assert_eq!(typed("order form 2024"), None, "a number is not a code");
+        assert_eq!(typed("Acme order form OF-601"), None, "more than a type");
+        assert_eq!(typed("Ridgeback 14"), None);
+        assert_eq!(typed("OF-601"), None, "a code alone");
     }
 
     #[test]

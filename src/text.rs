@@ -697,19 +697,24 @@ pub fn numbers_in(text: &str) -> Vec<f64> {
     out
 }
 
+/// Whether a word is code-like: three or more characters of letters and
+/// digits, with both, joined by nothing but `-`, `/` or `_` (`OF-601`,
+/// `PO4471`, `AOF-2024-031`; not `2024` or `Q3`).
+pub fn is_code(word: &str) -> bool {
+    word.chars().count() >= 3
+        && word.chars().any(|c| c.is_ascii_digit())
+        && word.chars().any(char::is_alphabetic)
+        && word
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '-' || c == '/' || c == '_')
+}
+
 /// The name as the text writes it, for a name that carries a code: when
 /// `text` does not hold `name` (ignoring case) but holds exactly one of its
 /// code-like words (letters and digits, such as `OF-601` or `PO4471`) as
 /// written, that word is the name ("Order form OF-601" → "OF-601"). Any
 /// other name is kept.
 pub fn as_written(name: &str, text: &str) -> String {
-    let is_code = |w: &str| {
-        w.chars().count() >= 3
-            && w.chars().any(|c| c.is_ascii_digit())
-            && w.chars().any(char::is_alphabetic)
-            && w.chars()
-                .all(|c| c.is_alphanumeric() || c == '-' || c == '/' || c == '_')
-    };
     let codes: Vec<&str> = name
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))

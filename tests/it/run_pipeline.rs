@@ -1417,3 +1417,69 @@ async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_
     );
     assert_eq!(content(&store).await, original);
 }
+
+/// A model that lists "order form AOF-7" as a product: the type's words
+/// in front of a code say what it is, and the code alone is its name, so
+/// that it meets the records and episodes that write the code alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
+    use graphloom::extract::{ExtractSpec, Prompts, extract_entities};
+    let server = TestServer::start(Behavior::default())
+        .await
+        .expect("server");
+    let (mut spec, ontology) = common::procurement();
+    spec.llm.base_url = server.base_url();
+    spec.llm.max_attempts = 1;
+    let client =
+        graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
+    let episode = graphloom::source::Episode {
+        episode_id: "ep-1".into(),
+        source_id: None,
+        group_id: "default".into(),
+        document_id: None,
+        source_uri: "memory://x/a.jsonl#L1".into(),
+        source_description: None,
+        kind: graphloom::source::EpisodeKind::Text,
+        content: "ORDER FORM AOF-7. Seller: Acme Corp. Product: Corvid Workspace. \
+                  Purchase order PO-12 follows."
+            .into(),
+        reference_time: chrono::Utc::now(),
+        reference_time_source: "field".into(),
+        order: (0, 0),
+    };
+    server.push_replies([Reply::json(&json!({"entities": [
+        {"name": "order form AOF-7", "type": "Product", "attributes": []},
+        {"name": "Purchase order PO-12", "type": "Contract", "attributes": []},
+        {"name": "Corvid Workspace", "type": "Product", "attributes": []},
+    ]}))]);
+    let spec = ExtractSpec::default();
+    let (mentions, rejected) = extract_entities(
+        &client,
+        &ontology,
+        &spec,
+        &Prompts::new(&ontology, &spec),
+        &episode,
+        &[],
+    )
+    .await
+    .expect("a valid reply");
+    let got: Vec<(&str, Vec<&str>)> = mentions
+        .iter()
+        .map(|m| {
+            (
+                m.name.as_str(),
+                m.chain.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("AOF-7", vec!["Contract", "OrderForm"]),
+            ("PO-12", vec!["Contract", "PurchaseOrder"]),
+            ("Corvid Workspace", vec!["Product"]),
+        ]
+    );
+    assert!(rejected.is_empty(), "{rejected:?}");
+    server.shutdown().await;
+}
