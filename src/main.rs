@@ -102,6 +102,11 @@ enum Command {
         /// skips what the slice committed.
         #[arg(long, value_name = "URL")]
         source: Option<String>,
+        /// Resolve on the Ballista cluster whose scheduler is at
+        /// df://HOST:PORT (as resolve.cluster); its executors read and
+        /// write the graph's files at the graph's URL.
+        #[arg(long, value_name = "df://HOST:PORT", env = "GRAPHLOOM_CLUSTER")]
+        cluster: Option<String>,
     },
     /// Score the graph against a gold file: entity precision and recall,
     /// chain accuracy and fact recall over the episodes it has processed.
@@ -647,7 +652,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             batch,
             no_wait,
             source,
+            cluster,
         } => {
+            let cluster = cluster
+                .as_deref()
+                .map(graphloom::cluster::ClusterUrl::parse)
+                .transpose()?;
             let cache = if no_cache {
                 graphloom::llm::CacheMode::Off
             } else if replay {
@@ -666,6 +676,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 )),
                 batch,
                 no_wait,
+                cluster,
             };
             run_pipeline(&pipeline, graph.as_deref(), source, &options).await
         }

@@ -12,10 +12,10 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 use object_store::ObjectStoreExt;
 
-/// Registers `values` as a one-column in-memory table `table(column)`,
-/// replacing any table of that name: the small side of a semi- or
-/// anti-join against the graph's tables.
-pub fn register_column(
+/// Registers `values` as a one-column table `table(column)`, replacing
+/// any table of that name: the small side of a semi- or anti-join against
+/// the graph's tables. Kept like [`register_batches`] keeps its tables.
+pub async fn register_column(
     ctx: &SessionContext,
     table: &str,
     column: &str,
@@ -27,15 +27,7 @@ pub fn register_column(
         false,
     )]));
     let batch = arrow::array::RecordBatch::try_new(schema.clone(), vec![values])?;
-    let _ = ctx.deregister_table(table);
-    ctx.register_table(
-        table,
-        Arc::new(datafusion::datasource::MemTable::try_new(
-            schema,
-            vec![vec![batch]],
-        )?),
-    )?;
-    Ok(())
+    register_batches(ctx, table, schema, vec![batch]).await
 }
 
 /// Where a session keeps its scratch tables when its plans run on other

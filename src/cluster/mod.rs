@@ -73,6 +73,9 @@ pub enum ClusterError {
     /// The graph could not be opened.
     #[error(transparent)]
     Query(#[from] crate::query::QueryError),
+    /// The graph's store could not be read or written.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 impl ClusterError {
@@ -185,6 +188,12 @@ pub async fn connect(url: &ClusterUrl) -> Result<datafusion::prelude::SessionCon
         })
 }
 
+/// Without the `cluster` feature: says how to build it.
+#[cfg(not(feature = "cluster"))]
+pub async fn connect(_url: &ClusterUrl) -> Result<datafusion::prelude::SessionContext> {
+    Err(ClusterError::NotBuilt)
+}
+
 /// Opens the graph's last completed run in a session on the cluster at
 /// `url`: the same tables and functions as an in-process session.
 #[cfg(feature = "cluster")]
@@ -194,6 +203,40 @@ pub async fn open_graph(
 ) -> Result<crate::query::GraphSession> {
     let ctx = connect(url).await?;
     Ok(crate::query::GraphSession::open_in(store, ctx, TableAccess::Files).await?)
+}
+
+/// Makes `ctx`, a session on a cluster, ready for a run's resolution: the
+/// graph's tables as the run found them, as Parquet listings the
+/// executors read themselves, and the scratch tables resolution registers
+/// (the run's mentions, their keys) written as Parquet files under the
+/// graph's `_graphloom/scratch/RUN/`, which every process reaches as it
+/// reaches the graph. Scratch files a killed run left are deleted first
+/// (the caller holds the writer lock).
+pub async fn prepare_resolution(
+    ctx: &datafusion::prelude::SessionContext,
+    tx: &crate::store::Transaction,
+) -> Result<()> {
+    let store = tx.store();
+    store.clear_scratch().await?;
+    // The client plans over the same files: it lists and reads them
+    // through the graph's own store and settings.
+    ctx.runtime_env()
+        .register_object_store(store.url(), store.object_store());
+    tx.base_snapshot().register_files(ctx).await?;
+    let root = store
+        .scratch_url()
+        .join(&format!("{}/", tx.run_id()))
+        .map_err(|e| {
+            ClusterError::Config(format!("scratch directory for run {}: {e}", tx.run_id()))
+        })?;
+    ctx.state_ref()
+        .write()
+        .config_mut()
+        .set_extension(std::sync::Arc::new(crate::scratch::ScratchFiles::new(
+            root,
+            store.object_store(),
+        )));
+    Ok(())
 }
 
 /// Without the `cluster` feature: says how to build it.

@@ -99,7 +99,8 @@ async fn committed_record_chains(
     super::entities::register_udfs(ctx, spec, &BTreeMap::new());
     let names: BTreeSet<&str> = text.iter().map(|&i| folded[i].as_str()).collect();
     let names: Vec<&str> = names.into_iter().collect();
-    crate::scratch::register_column(ctx, RUN_NAMES, "folded", Arc::new(StringArray::from(names)))?;
+    crate::scratch::register_column(ctx, RUN_NAMES, "folded", Arc::new(StringArray::from(names)))
+        .await?;
     let sql = format!(
         "SELECT n.group_id, n.folded, n.labels FROM \
            (SELECT group_id, fold_name(name_normalized) AS folded, labels FROM {nodes} WHERE origin = 'map') n \

@@ -611,6 +611,7 @@ async fn committed_nodes(
         "short_id",
         Arc::new(Int64Array::from(short_ids)),
     )
+    .await
     .map_err(step(what))?;
     let batches = ctx
         .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_node_ids i ON n.short_id = i.short_id")
@@ -706,6 +707,7 @@ async fn committed_edges_of(
         "node_id",
         Arc::new(StringArray::from(sources)),
     )
+    .await
     .map_err(step(what))?;
     let batches = ctx
         .sql("SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id")

@@ -59,6 +59,17 @@ pub enum RunError {
     /// Resolution failed.
     #[error(transparent)]
     Resolve(#[from] ResolveError),
+    /// The cluster resolution runs on could not be reached or used.
+    #[error(transparent)]
+    Cluster(Box<crate::cluster::ClusterError>),
+    /// Record linkage asked for on a cluster.
+    #[error(
+        "[[resolve.linkage]] rules do not run on a cluster yet (their scoring functions hold the run's records in this process's memory): resolve this pipeline in process, without --cluster / resolve.cluster / GRAPHLOOM_CLUSTER"
+    )]
+    LinkageOnCluster,
+    /// `resolve.cluster` is not a cluster URL.
+    #[error("resolve.cluster: {0}")]
+    ClusterSetting(Box<crate::cluster::ClusterError>),
     /// Batch mode: the Batch API or the batch ledger failed.
     #[error(transparent)]
     Batch(#[from] crate::llm::batch::BatchError),
@@ -86,6 +97,12 @@ pub enum RunError {
     Mapping(#[from] MappingError),
 }
 
+impl From<crate::cluster::ClusterError> for RunError {
+    fn from(e: crate::cluster::ClusterError) -> Self {
+        RunError::Cluster(Box::new(e))
+    }
+}
+
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -102,6 +119,9 @@ pub struct RunOptions {
     /// Batch mode: submit what the next round needs and return without
     /// waiting (for schedulers); the next run collects.
     pub no_wait: bool,
+    /// Resolve on this Ballista cluster (over the spec's
+    /// `resolve.cluster`).
+    pub cluster: Option<crate::cluster::ClusterUrl>,
 }
 
 /// Progress of a phase that works episode by episode.
@@ -292,6 +312,8 @@ struct Job<'a> {
     mappings: Mappings,
     /// Where the response cache lives unless the spec says.
     default_cache: String,
+    /// A session on the cluster that resolution runs on, if any.
+    cluster: Option<SessionContext>,
 }
 
 /// Runs the pipeline: load the source, then either plan (`--dry-run`) or
@@ -312,6 +334,24 @@ pub async fn run(
         ..RunReport::default()
     };
     report.timings.lap(Stage::Source, started);
+    let cluster = match (&options.cluster, &spec.resolve.cluster) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(text)) => {
+            let url = crate::cluster::ClusterUrl::parse(text)
+                .map_err(|e| RunError::ClusterSetting(Box::new(e)))?;
+            Some(url)
+        }
+        (None, None) => None,
+    };
+    if cluster.is_some() && !spec.resolve.linkage.is_empty() {
+        return Err(RunError::LinkageOnCluster);
+    }
+    // Connected before any LLM call: a cluster that is down fails the run
+    // at once, not after the extraction was paid for.
+    let cluster = match cluster {
+        Some(url) if !options.dry_run => Some(crate::cluster::connect(&url).await?),
+        _ => None,
+    };
     let job = Job {
         spec,
         ontology,
@@ -319,6 +359,7 @@ pub async fn run(
         loaded: &loaded,
         mappings,
         default_cache: format!("{}_cache/llm/", store.url()),
+        cluster,
     };
     let batch_mode = options.batch || spec.llm.mode == LlmMode::Batch;
     if options.no_wait && !batch_mode {
@@ -512,8 +553,15 @@ async fn execute(
     let now = Utc::now();
     let succeeded = work.succeeded(&todo);
     let (mentions, facts) = work.for_resolution(&succeeded);
+    let resolution_ctx = match &job.cluster {
+        Some(remote) => {
+            crate::cluster::prepare_resolution(remote, tx).await?;
+            remote
+        }
+        None => &ctx,
+    };
     let cx = StageContext {
-        ctx: &ctx,
+        ctx: resolution_ctx,
         client: &client,
         ontology: job.ontology,
         spec: &job.spec.resolve,
@@ -522,7 +570,15 @@ async fn execute(
         now,
         base_short_id: store::max_short_id(&ctx).await?,
     };
-    let resolved = match crate::resolve::stage::resolve_run(&cx, &mentions, &facts).await {
+    let resolved = crate::resolve::stage::resolve_run(&cx, &mentions, &facts).await;
+    if job.cluster.is_some() {
+        // The scratch tables are no use once resolution has ended; a run
+        // killed before this line leaves them to the next one's clean-up.
+        if let Err(e) = tx.store().clear_scratch().await {
+            tracing::warn!("could not delete resolution's scratch files: {e}");
+        }
+    }
+    let resolved = match resolved {
         Err(ResolveError::Waiting { stage }) => return Ok(Outcome::Waiting(stage)),
         resolved => resolved?,
     };

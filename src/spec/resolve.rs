@@ -122,6 +122,12 @@ pub struct ResolveSpec {
     /// candidates, weighted field comparisons score them. A type with a
     /// linkage is matched by it alone.
     pub linkage: Vec<LinkageSpec>,
+    /// Run the stage's plans (candidate joins, scoring, the committed
+    /// nodes and edges it reads) on the Apache DataFusion Ballista
+    /// cluster whose scheduler is at `df://HOST:PORT` (`graphloom cluster
+    /// scheduler`; a build with the `cluster` feature). Absent: in this
+    /// process. `graphloom run --cluster` and `GRAPHLOOM_CLUSTER` override it.
+    pub cluster: Option<String>,
 }
 
 /// `[[resolve.linkage]]`: how mentions of one entity type (and its
@@ -426,6 +432,7 @@ impl Default for ResolveSpec {
             embedding_band_bits: None,
             embedding_max_bucket: 2000,
             linkage: Vec::new(),
+            cluster: None,
         }
     }
 }

@@ -212,6 +212,7 @@ pub async fn unseen_episodes(
     let what = "the anti-join of the source's episodes with committed ones";
     let ids = Arc::new(StringArray::from(candidates.to_vec()));
     crate::scratch::register_column(ctx, "run_candidates", "candidate_id", ids)
+        .await
         .map_err(step(what))?;
     let committed = ctx
         .table(Table::Episodes.name())

@@ -38,7 +38,7 @@ use deltalake::kernel::transaction::CommitProperties;
 use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use url::Url;
 
@@ -365,6 +365,28 @@ impl GraphStore {
         self.url
             .join(&format!("{}/", table.name()))
             .unwrap_or_else(|_| self.url.clone())
+    }
+
+    /// Where runs that resolve on a cluster keep their scratch tables:
+    /// `_graphloom/scratch/` under the graph, which every cluster process
+    /// reaches as it reaches the graph.
+    pub fn scratch_url(&self) -> Url {
+        self.url
+            .join("_graphloom/scratch/")
+            .unwrap_or_else(|_| self.url.clone())
+    }
+
+    /// Deletes everything under [`Self::scratch_url`]. Only a writer calls
+    /// it, under the lock: no other run can be using the files.
+    pub async fn clear_scratch(&self) -> Result<()> {
+        let prefix = objstore::path_of(&self.scratch_url());
+        let listed = self.object_store.list(Some(&prefix)).map_ok(|m| m.location);
+        self.object_store
+            .delete_stream(listed.boxed())
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(|e| self.storage_error(e))?;
+        Ok(())
     }
 
     /// An object store error as the user should see it: one line for the
@@ -778,6 +800,23 @@ impl Transaction {
     /// completed run's state after recovery).
     pub fn base(&self, table: Table) -> Option<&DeltaTable> {
         self.tables.get(&table)
+    }
+
+    /// The tables as they were before this run, as a snapshot (to register
+    /// them in a session of the caller's).
+    pub fn base_snapshot(&self) -> Snapshot {
+        Snapshot {
+            head: self.head.clone(),
+            tables: Table::ALL
+                .iter()
+                .map(|t| (*t, self.tables.get(t).cloned()))
+                .collect(),
+        }
+    }
+
+    /// The graph this transaction writes.
+    pub fn store(&self) -> &GraphStore {
+        &self.store
     }
 
     /// All rows a table held before this run.

@@ -378,3 +378,137 @@ async fn resolution_on_the_cluster_makes_the_same_merges_as_in_process() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// The graph a store holds, as comparable rows: nodes by name and type,
+/// edges by their ends' names (ids are random per run).
+async fn graph_rows(
+    store: &graphloom::store::GraphStore,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    use crate::run_pipeline::query;
+    let nodes = query(
+        store,
+        "SELECT name, type, labels, attributes, cardinality(episode_ids) AS episodes, short_id \
+         FROM nodes ORDER BY name, type",
+    )
+    .await;
+    let edges = query(
+        store,
+        "SELECT s.name AS source, e.relation_type, t.name AS target, e.fact, e.valid_at, \
+           e.invalid_at, e.expired_at IS NULL AS live \
+         FROM edges e JOIN nodes s ON s.node_id = e.source_node_id \
+         JOIN nodes t ON t.node_id = e.target_node_id \
+         ORDER BY source, relation_type, target, fact",
+    )
+    .await;
+    (nodes, edges)
+}
+
+/// `graphloom run` with `--cluster` (here `RunOptions::cluster`) resolves
+/// on the cluster: the same committed graph as an in-process run, over a
+/// first run and over a second one that resolves new mentions against the
+/// committed nodes, and no scratch files left under the graph.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_resolving_on_the_cluster_commits_the_graph_an_in_process_run_commits() {
+    use crate::run_pipeline::fixture;
+    use graphloom::run::RunOptions;
+    let cluster = Cluster::start(2, 30);
+    let on = |cluster: Option<ClusterUrl>| RunOptions {
+        cluster,
+        ..RunOptions::default()
+    };
+    let local = fixture(|_| {}).await;
+    let remote = fixture(|_| {}).await;
+    let grow = |f: &crate::run_pipeline::Fixture| {
+        let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+        text.push_str("{\"id\": \"e6\", \"content\": \"ACME Corp. confirmed delivery of PO-1.\", \"kind\": \"message\", \"reference_time\": \"2025-04-01T10:00:00Z\"}\n");
+        std::fs::write(&f.source_file, text).expect("write");
+    };
+    for round in 0..2 {
+        if round == 1 {
+            grow(&local);
+            grow(&remote);
+        }
+        let ontology =
+            graphloom::ontology::Ontology::try_from(&local.spec.ontology).expect("ontology");
+        let here = graphloom::run::run(&local.spec, &ontology, &local.store, &on(None))
+            .await
+            .expect("in process");
+        let there = graphloom::run::run(
+            &remote.spec,
+            &ontology,
+            &remote.store,
+            &on(Some(cluster.url())),
+        )
+        .await
+        .expect("on the cluster");
+        assert_eq!(
+            (there.nodes_added, there.nodes_updated, there.edges_added),
+            (here.nodes_added, here.nodes_updated, here.edges_added),
+            "round {round}"
+        );
+        let (want_nodes, want_edges) = graph_rows(&local.store).await;
+        let (got_nodes, got_edges) = graph_rows(&remote.store).await;
+        assert!(
+            want_nodes.len() >= 5 && !want_edges.is_empty(),
+            "{want_nodes:?}"
+        );
+        assert_eq!(got_nodes, want_nodes, "round {round}");
+        assert_eq!(got_edges, want_edges, "round {round}");
+    }
+    assert!(
+        (0..2).any(|i| has_files(&cluster.work_dir(i))),
+        "the executors ran the plans (shuffle files)"
+    );
+    let scratch = remote.store.scratch_url();
+    let scratch = scratch.to_file_path().expect("a local graph");
+    assert!(
+        !has_files(&scratch),
+        "scratch files left in {}",
+        scratch.display()
+    );
+}
+
+/// A cluster that is down, a cluster URL that is not one, and record
+/// linkage (whose scoring cannot travel yet) fail the run before any LLM
+/// call, each with a message that says what to change.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_the_cluster_cannot_resolve_fails_before_calling_the_model() {
+    use crate::run_pipeline::fixture;
+    let f = fixture(|spec| spec.resolve.cluster = Some(format!("df://127.0.0.1:{}", free_port())))
+        .await;
+    let ontology = graphloom::ontology::Ontology::try_from(&f.spec.ontology).expect("ontology");
+    let err = graphloom::run::run(&f.spec, &ontology, &f.store, &Default::default())
+        .await
+        .expect_err("nothing listens there");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot reach the scheduler at df://127.0.0.1:"),
+        "{msg}"
+    );
+    assert!(f.server.requests().is_empty(), "no LLM call was made");
+    let bad = fixture(|spec| spec.resolve.cluster = Some("http://x:1".into())).await;
+    let err = graphloom::run::run(&bad.spec, &ontology, &bad.store, &Default::default())
+        .await
+        .expect_err("not a cluster URL");
+    assert!(
+        err.to_string()
+            .starts_with("resolve.cluster: cluster URL `http://x:1`"),
+        "{err}"
+    );
+    let linked = fixture(|spec| {
+        spec.resolve.cluster = Some("df://127.0.0.1:1".into());
+        spec.resolve.linkage = vec![toml::from_str(
+            "type = \"Person\"\nblocking = [\"name\"]\ncompare = [{ field = \"name\", method = \"name\" }]",
+        )
+        .expect("a linkage rule")];
+    })
+    .await;
+    let err = graphloom::run::run(&linked.spec, &ontology, &linked.store, &Default::default())
+        .await
+        .expect_err("linkage cannot run there");
+    assert!(
+        matches!(err, graphloom::run::RunError::LinkageOnCluster),
+        "{err}"
+    );
+    assert!(linked.server.requests().is_empty(), "no LLM call was made");
+}
