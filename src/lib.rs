@@ -180,8 +180,7 @@ impl Error {
                 | run::RunError::Location(_)
                 | run::RunError::Mapping(_)
                 | run::RunError::BatchNeedsCache
-                | run::RunError::NoWaitNeedsBatch
-                | run::RunError::LinkageOnCluster => true,
+                | run::RunError::NoWaitNeedsBatch => true,
                 run::RunError::Source(e) => source(e),
                 run::RunError::Store(e) => store(e),
                 run::RunError::Cluster(e) | run::RunError::ClusterSetting(e) => e.is_usage(),

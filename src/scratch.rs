@@ -12,6 +12,18 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 use object_store::ObjectStoreExt;
 
+/// Whether the session's plans run on other processes: it keeps its
+/// scratch tables as [`ScratchFiles`], which is what such a session needs.
+/// Functions that close over this process's memory must then carry what
+/// they read.
+pub fn runs_elsewhere(ctx: &SessionContext) -> bool {
+    ctx.state_ref()
+        .read()
+        .config()
+        .get_extension::<ScratchFiles>()
+        .is_some()
+}
+
 /// Registers `values` as a one-column table `table(column)`, replacing
 /// any table of that name: the small side of a semi- or anti-join against
 /// the graph's tables. Kept like [`register_batches`] keeps its tables.

@@ -42,7 +42,7 @@ fn encode_function(udf: &ScalarUDF) -> Option<Vec<u8>> {
 /// family's name (rebuilt functions are wrapped again, so a scheduler
 /// passes them on to executors as it got them).
 fn family_functions(family: &str, state: &[u8]) -> Option<(&'static str, Vec<ScalarUDF>)> {
-    use crate::resolve::{embedding, entities};
+    use crate::resolve::{embedding, entities, linkage};
     match family {
         entities::FUNCTION_FAMILY => Some((
             entities::FUNCTION_FAMILY,
@@ -51,6 +51,10 @@ fn family_functions(family: &str, state: &[u8]) -> Option<(&'static str, Vec<Sca
         embedding::FUNCTION_FAMILY => Some((
             embedding::FUNCTION_FAMILY,
             embedding::functions_from_state(state)?,
+        )),
+        linkage::PAIR_FUNCTION_FAMILY => Some((
+            linkage::PAIR_FUNCTION_FAMILY,
+            linkage::pair_functions_from_state(state)?,
         )),
         _ => None,
     }

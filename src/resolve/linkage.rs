@@ -562,6 +562,93 @@ fn pair_udfs(linkages: &[Linkage], rows: &Arc<Vec<Option<LinkedRow>>>) -> Vec<Sc
     ]
 }
 
+/// The family under which the pair UDFs travel to other processes
+/// ([`crate::portable`]).
+pub const PAIR_FUNCTION_FAMILY: &str = "resolve.linkage_pairs";
+
+/// What the pair UDFs are rebuilt from in another process: the rules,
+/// their trained models, and the run's linked mentions as (rule, name,
+/// attributes as the mentions table writes them, parsed there as here).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PairState {
+    specs: Vec<LinkageSpec>,
+    models: Vec<Option<Model>>,
+    rows: Vec<Option<(usize, String, String)>>,
+}
+
+/// Registers the pair UDFs over `rows` (the linked rows of `mentions`) on
+/// `ctx`. In a session whose plans run on
+/// other processes (one with [`crate::scratch::ScratchFiles`]), they carry
+/// the rules and the run's linked mentions with them, so an executor
+/// rebuilds them ([`pair_functions_from_state`]); in process they only
+/// point at `rows`, and nothing is serialized.
+fn register_pair_udfs(
+    ctx: &SessionContext,
+    specs: &[LinkageSpec],
+    linkages: &[Linkage],
+    mentions: &[MentionKey],
+    rows: &Arc<Vec<Option<LinkedRow>>>,
+) -> Result<(), DataFusionError> {
+    let udfs = pair_udfs(linkages, rows);
+    if !crate::scratch::runs_elsewhere(ctx) {
+        for f in udfs {
+            ctx.register_udf(f);
+        }
+        return Ok(());
+    }
+    let state = PairState {
+        specs: specs.to_vec(),
+        models: linkages.iter().map(|l| l.trained().cloned()).collect(),
+        rows: rows
+            .iter()
+            .zip(mentions)
+            .map(|(r, m)| {
+                r.as_ref()
+                    .map(|r| (r.at, r.name.clone(), m.attributes.clone()))
+            })
+            .collect(),
+    };
+    let state: Arc<[u8]> = serde_json::to_vec(&state)
+        .map_err(|e| DataFusionError::External(Box::new(e)))?
+        .into();
+    for f in udfs {
+        ctx.register_udf(crate::portable::wrap(
+            f,
+            PAIR_FUNCTION_FAMILY,
+            Arc::clone(&state),
+        ));
+    }
+    Ok(())
+}
+
+/// The pair UDFs rebuilt from the state [`register_pair_udfs`] sent, or
+/// `None` for state this build cannot read.
+pub fn pair_functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
+    let state: PairState = serde_json::from_slice(state).ok()?;
+    if state.models.len() != state.specs.len() {
+        return None;
+    }
+    let linkages: Vec<Linkage> = state
+        .specs
+        .iter()
+        .zip(state.models)
+        .map(|(spec, model)| match model {
+            Some(model) => Linkage::new(spec).with_model(model),
+            None => Linkage::new(spec),
+        })
+        .collect();
+    let rows: Vec<Option<LinkedRow>> = state
+        .rows
+        .into_iter()
+        .map(|r| {
+            let (at, name, attributes) = r?;
+            (at < linkages.len())
+                .then(|| LinkedRow::new(&linkages, at, &name, attributes_of(Some(&attributes))))
+        })
+        .collect();
+    Some(pair_udfs(&linkages, &Arc::new(rows)))
+}
+
 const PK: &str = "resolve_probe_keys";
 const TK: &str = "resolve_target_keys";
 
@@ -636,14 +723,10 @@ pub(super) async fn linkage_pairs(
     tracing::debug!("linkage: blocking keys of mentions and nodes kept");
     let mut linkages: Vec<Linkage> = specs.iter().map(Linkage::new).collect();
     let rows = Arc::new(linked_rows(&linkages, mentions));
-    for f in pair_udfs(&linkages, &rows) {
-        ctx.register_udf(f);
-    }
+    register_pair_udfs(ctx, specs, &linkages, mentions, &rows)?;
     if linkages.iter().any(Linkage::is_probabilistic) {
         linkages = train(ctx, nodes, &linkages, &rows).await?;
-        for f in pair_udfs(&linkages, &rows) {
-            ctx.register_udf(f);
-        }
+        register_pair_udfs(ctx, specs, &linkages, mentions, &rows)?;
     }
     for is_mention in [false, true] {
         let started = std::time::Instant::now();

@@ -130,21 +130,63 @@ pub fn default_m(k: usize) -> Vec<f64> {
     }
 }
 
-/// A trained probabilistic model of one rule.
-#[derive(Debug, Clone, PartialEq)]
+/// A trained probabilistic model of one rule. It serializes its numbers
+/// as bit patterns, so that a model sent to another process (a cluster
+/// executor) scores exactly as here.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Model {
     /// m per comparison and level.
+    #[serde(with = "bits::table")]
     pub m: Vec<Vec<f64>>,
     /// u per comparison and level.
+    #[serde(with = "bits::table")]
     pub u: Vec<Vec<f64>>,
     /// Probability that two records of the rule's type match.
+    #[serde(with = "bits")]
     pub prior: f64,
     /// Matches EM expects among the candidate pairs.
+    #[serde(with = "bits")]
     pub expected_matches: f64,
     /// EM rounds run.
     pub rounds: usize,
     /// `log2(m / u)` per comparison and level.
+    #[serde(with = "bits::table")]
     weights: Vec<Vec<f64>>,
+}
+
+/// `f64`s as their bit patterns (`u64`): exact in any serde format, where
+/// JSON's decimal text may come back one unit in the last place off.
+mod bits {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        v.to_bits().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        u64::deserialize(d).map(f64::from_bits)
+    }
+
+    /// The same for a table of them.
+    pub mod table {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        pub fn serialize<S: Serializer>(v: &[Vec<f64>], s: S) -> Result<S::Ok, S::Error> {
+            let bits: Vec<Vec<u64>> = v
+                .iter()
+                .map(|row| row.iter().map(|x| x.to_bits()).collect())
+                .collect();
+            bits.serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
+            let bits = Vec::<Vec<u64>>::deserialize(d)?;
+            Ok(bits
+                .into_iter()
+                .map(|row| row.into_iter().map(f64::from_bits).collect())
+                .collect())
+        }
+    }
 }
 
 impl Model {

@@ -62,11 +62,6 @@ pub enum RunError {
     /// The cluster resolution runs on could not be reached or used.
     #[error(transparent)]
     Cluster(Box<crate::cluster::ClusterError>),
-    /// Record linkage asked for on a cluster.
-    #[error(
-        "[[resolve.linkage]] rules do not run on a cluster yet (their scoring functions hold the run's records in this process's memory): resolve this pipeline in process, without --cluster / resolve.cluster / GRAPHLOOM_CLUSTER"
-    )]
-    LinkageOnCluster,
     /// `resolve.cluster` is not a cluster URL.
     #[error("resolve.cluster: {0}")]
     ClusterSetting(Box<crate::cluster::ClusterError>),
@@ -343,9 +338,6 @@ pub async fn run(
         }
         (None, None) => None,
     };
-    if cluster.is_some() && !spec.resolve.linkage.is_empty() {
-        return Err(RunError::LinkageOnCluster);
-    }
     // Connected before any LLM call: a cluster that is down fails the run
     // at once, not after the extraction was paid for.
     let cluster = match cluster {

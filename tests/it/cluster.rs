@@ -468,9 +468,8 @@ async fn a_run_resolving_on_the_cluster_commits_the_graph_an_in_process_run_comm
     );
 }
 
-/// A cluster that is down, a cluster URL that is not one, and record
-/// linkage (whose scoring cannot travel yet) fail the run before any LLM
-/// call, each with a message that says what to change.
+/// A cluster that is down and a cluster URL that is not one fail the run
+/// before any LLM call, each with a message that says what to change.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_the_cluster_cannot_resolve_fails_before_calling_the_model() {
     use crate::run_pipeline::fixture;
@@ -495,20 +494,35 @@ async fn a_run_the_cluster_cannot_resolve_fails_before_calling_the_model() {
             .starts_with("resolve.cluster: cluster URL `http://x:1`"),
         "{err}"
     );
-    let linked = fixture(|spec| {
-        spec.resolve.cluster = Some("df://127.0.0.1:1".into());
-        spec.resolve.linkage = vec![toml::from_str(
-            "type = \"Person\"\nblocking = [\"name\"]\ncompare = [{ field = \"name\", method = \"name\" }]",
-        )
-        .expect("a linkage rule")];
-    })
-    .await;
-    let err = graphloom::run::run(&linked.spec, &ontology, &linked.store, &Default::default())
-        .await
-        .expect_err("linkage cannot run there");
-    assert!(
-        matches!(err, graphloom::run::RunError::LinkageOnCluster),
-        "{err}"
-    );
-    assert!(linked.server.requests().is_empty(), "no LLM call was made");
+}
+/// Record linkage on the cluster: the pair-scoring functions travel with
+/// the rules, the trained model and the run's records, and link what they
+/// link in process, for the weighted and the probabilistic rule, over a
+/// first load and a second that links to committed nodes.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_linkage_on_the_cluster_links_the_records_it_links_in_process() {
+    use crate::record_linkage::{fixture_with, people, probabilistic_spec, registry, run_with};
+    use graphloom::run::RunOptions;
+    let cluster = Cluster::start(2, 30);
+    let on_cluster = RunOptions {
+        cluster: Some(cluster.url()),
+        ..RunOptions::default()
+    };
+    for spec in [
+        crate::record_linkage::SPEC.to_string(),
+        probabilistic_spec(),
+    ] {
+        let local = fixture_with(&spec, registry(120, 40, 10)).await;
+        let remote = fixture_with(&spec, registry(120, 40, 10)).await;
+        for batch in 0..2 {
+            let here = &local.batches[batch];
+            run_with(&local.spec, &local.store, here, &RunOptions::default()).await;
+            let there = &remote.batches[batch];
+            run_with(&remote.spec, &remote.store, there, &on_cluster).await;
+            let want = people(&local.store).await;
+            // The first load has no duplicates; the second links copies.
+            assert_eq!(want.iter().any(|c| c.len() > 1), batch == 1, "{want:?}");
+            assert_eq!(people(&remote.store).await, want, "batch {batch}");
+        }
+    }
 }

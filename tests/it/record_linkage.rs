@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::run_pipeline::query;
 
-const SPEC: &str = r#"
+pub(crate) const SPEC: &str = r#"
 [source]
 url = "SOURCE"
 format = "jsonl"
@@ -145,11 +145,21 @@ fn second_batch() -> String {
 }
 
 async fn run(spec: &PipelineSpec, store: &GraphStore, source: &Path) -> RunReport {
+    run_with(spec, store, source, &RunOptions::default()).await
+}
+
+/// [`run`] with other options.
+pub(crate) async fn run_with(
+    spec: &PipelineSpec,
+    store: &GraphStore,
+    source: &Path,
+    options: &RunOptions,
+) -> RunReport {
     let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
     // What `graphloom run --source DIR` does.
     let mut spec = spec.clone();
     spec.source.as_mut().expect("a source").url = source.to_str().expect("utf-8").to_string();
-    graphloom::run::run(&spec, &ontology, store, &RunOptions::default())
+    graphloom::run::run(&spec, &ontology, store, options)
         .await
         .expect("run completes")
 }
@@ -157,12 +167,12 @@ async fn run(spec: &PipelineSpec, store: &GraphStore, source: &Path) -> RunRepor
 /// A graph, the test server and the spec over it, with the first and
 /// second batch of records in folders of their own; `resolve` is added to
 /// the spec's `[resolve]` table.
-struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
     server: TestServer,
-    spec: PipelineSpec,
-    store: GraphStore,
-    batches: [std::path::PathBuf; 2],
+    pub(crate) spec: PipelineSpec,
+    pub(crate) store: GraphStore,
+    pub(crate) batches: [std::path::PathBuf; 2],
 }
 
 async fn fixture(resolve: &str) -> Fixture {
@@ -177,7 +187,7 @@ async fn fixture(resolve: &str) -> Fixture {
 }
 
 /// [`fixture`] over another spec text and other record batches.
-async fn fixture_with(spec_text: &str, records: [String; 2]) -> Fixture {
+pub(crate) async fn fixture_with(spec_text: &str, records: [String; 2]) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let batches = [dir.path().join("one"), dir.path().join("two")];
     for (d, text) in batches.iter().zip(records) {
@@ -205,7 +215,7 @@ async fn fixture_with(spec_text: &str, records: [String; 2]) -> Fixture {
 }
 
 /// Person nodes as sorted lists of their records' ids.
-async fn people(store: &GraphStore) -> Vec<Vec<String>> {
+pub(crate) async fn people(store: &GraphStore) -> Vec<Vec<String>> {
     let rows = query(
         store,
         "SELECT n.node_id AS node, e.source_id AS rec \
@@ -272,7 +282,7 @@ async fn person_records_merge_by_field_evidence_and_a_shared_name_alone_never_me
 /// the name, swapped names, two ssn digits transposed, a birth-date digit
 /// changed, the postcode dropped); `namesakes` more people share an
 /// original's full name and nothing else. Ids: `o<i>`, `d<i>`, `n<i>`.
-fn registry(originals: usize, duplicates: usize, namesakes: usize) -> [String; 2] {
+pub(crate) fn registry(originals: usize, duplicates: usize, namesakes: usize) -> [String; 2] {
     const GIVEN: [&str; 12] = [
         "olivia", "liam", "amelia", "noah", "isla", "jack", "mia", "oliver", "ava", "william",
         "grace", "thomas",
@@ -349,8 +359,8 @@ fn registry(originals: usize, duplicates: usize, namesakes: usize) -> [String; 2
     [first.join("\n"), second.join("\n")]
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_probabilistic_model_learns_from_the_records_which_agreements_matter() {
+/// [`SPEC`] with a probabilistic linkage rule.
+pub(crate) fn probabilistic_spec() -> String {
     let spec = SPEC
         .replace(
             "compare = [\n  { field = \"name\", method = \"name\", weight = 2 },",
@@ -358,6 +368,12 @@ async fn the_probabilistic_model_learns_from_the_records_which_agreements_matter
         )
         .replace("grey_band_min = 0.5\n", "");
     assert!(spec.contains("model = \"probabilistic\""), "{spec}");
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_probabilistic_model_learns_from_the_records_which_agreements_matter() {
+    let spec = probabilistic_spec();
     let f = fixture_with(&spec, registry(400, 150, 30)).await;
     let (spec, store) = (&f.spec, &f.store);
 
