@@ -21,6 +21,24 @@ pub fn procurement() -> (PipelineSpec, Ontology) {
 }
 
 /// The example facts file.
+/// A text episode `ep-1` of `content`, for calling an extraction step
+/// directly.
+pub fn text_episode(content: &str) -> graphloom::source::Episode {
+    graphloom::source::Episode {
+        episode_id: "ep-1".into(),
+        source_id: None,
+        group_id: "default".into(),
+        document_id: None,
+        source_uri: "memory://x/a.jsonl#L1".into(),
+        source_description: None,
+        kind: graphloom::source::EpisodeKind::Text,
+        content: content.into(),
+        reference_time: chrono::Utc::now(),
+        reference_time_source: "field".into(),
+        order: (0, 0),
+    }
+}
+
 pub fn facts_file() -> PathBuf {
     repo().join("pipelines/facts/procurement.jsonl")
 }

@@ -2898,21 +2898,9 @@ fn fuzz_enormous_entity_replies_keep_the_cap_and_reject_the_rest() {
         .expect("test server");
     let client = LlmClient::with_key(&fuzz_llm_spec(&server), None, None, "fuzz").expect("client");
     let (_, ontology) = crate::common::procurement();
-    let episode = graphloom::source::Episode {
-        episode_id: "ep-1".into(),
-        source_id: None,
-        group_id: "default".into(),
-        document_id: None,
-        source_uri: "memory://x/a.jsonl#L1".into(),
-        source_description: None,
-        kind: EpisodeKind::Text,
-        // Names share a word with the episode ("Vendor"), or they would be
-        // rejected as made up.
-        content: "Each Vendor wrote in; the vendors replied.".into(),
-        reference_time: Utc::now(),
-        reference_time_source: "field".into(),
-        order: (0, 0),
-    };
+    // Names share a word with the episode ("Vendor"), or they would be
+    // rejected as made up.
+    let episode = crate::common::text_episode("Each Vendor wrote in; the vendors replied.");
     let strategy = (1usize..=20_000, 1usize..=100, 0usize..=20);
     check(12, 11, strategy, |(n, cap, bad)| {
         let spec = ExtractSpec {

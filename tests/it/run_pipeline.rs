@@ -1432,21 +1432,10 @@ async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
     spec.llm.max_attempts = 1;
     let client =
         graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
-    let episode = graphloom::source::Episode {
-        episode_id: "ep-1".into(),
-        source_id: None,
-        group_id: "default".into(),
-        document_id: None,
-        source_uri: "memory://x/a.jsonl#L1".into(),
-        source_description: None,
-        kind: graphloom::source::EpisodeKind::Text,
-        content: "ORDER FORM AOF-7. Seller: Acme Corp. Product: Corvid Workspace. \
-                  Purchase order PO-12 follows."
-            .into(),
-        reference_time: chrono::Utc::now(),
-        reference_time_source: "field".into(),
-        order: (0, 0),
-    };
+    let episode = common::text_episode(
+        "ORDER FORM AOF-7. Seller: Acme Corp. Product: Corvid Workspace. \
+         Purchase order PO-12 follows.",
+    );
     server.push_replies([Reply::json(&json!({"entities": [
         {"name": "order form AOF-7", "type": "Product", "attributes": []},
         {"name": "Purchase order PO-12", "type": "Contract", "attributes": []},
