@@ -1452,6 +1452,9 @@ pub async fn extract_facts(
     let (facts_out, unshaped) = reply.value.facts.into_list();
     rejected.extend(dropped(Stage::ExtractFacts, episode, unshaped));
     let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
+    let sentences = Sentences::new(&episode.content, mentions);
+    // Records are not prose: their fields are not sentences.
+    let judged = spec.require_stated_pair && episode.kind != crate::spec::EpisodeKind::Json;
     for f in facts_out {
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractFacts,
@@ -1478,6 +1481,17 @@ pub async fn extract_facts(
         };
         if s == t {
             rejected.push(reject("a fact needs two distinct entities".into()));
+            continue;
+        }
+        // Small models give a chat line's speaker, or an e-mail's
+        // recipient, the company the line or the e-mail names ("Dana:
+        // Legal sent over the new Acme contract" became "Dana works for
+        // Acme").
+        if judged && !sentences.pair_stated(s, t) {
+            rejected.push(reject(format!(
+                "no sentence of the episode names both `{}` and `{}` (a chat speaker or an e-mail header does not count; a writer's \"I\" does): not stated, fact dropped",
+                mentions[s].name, mentions[t].name
+            )));
             continue;
         }
         let text = f.fact.trim();
@@ -1529,7 +1543,7 @@ pub async fn extract_facts(
             f.valid_at.as_deref(),
             f.invalid_at.as_deref(),
             text,
-            || pair_sentence_end(&episode.content, mentions, s, t, episode.reference_time),
+            || sentences.pair_end(s, t, episode.reference_time),
             episode.reference_time,
         );
         let key = (
@@ -1555,75 +1569,154 @@ pub async fn extract_facts(
     Ok((facts, rejected))
 }
 
-/// The day an end word in the episode puts on the relationship between
-/// mentions `a` and `b`: read ([`stated_end`]) from a sentence of
-/// `content` that names both and no other mention of the episode. Small
-/// models restate "Today is Hamid's last day: his contract with Tidewell
-/// ends tonight" as "Hamid works for Tidewell", leaving the end behind; a
-/// sentence that also names a third entity ("Priya's contract with Acme
-/// ended in February and she joined Brightline") may be about another
-/// relationship and is not read.
-fn pair_sentence_end(
-    content: &str,
-    mentions: &[Mention],
-    a: usize,
-    b: usize,
-    reference: DateTime<Utc>,
-) -> Option<NaiveDate> {
-    // A mention is named by its whole name, or by its first word as the
-    // text capitalises it ("Hamid" for "Hamid Castellanos"); each name's
-    // words are taken once, not once per sentence.
-    let names: Vec<(Vec<String>, Option<&str>)> = mentions
-        .iter()
-        .map(|m| {
-            let whole = crate::text::words(&m.name).map(str::to_lowercase).collect();
-            let first = crate::text::words(&m.name)
-                .next()
-                .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase));
-            (whole, first)
-        })
-        .collect();
-    let named = |i: usize, words: &[&str]| {
-        let (whole, first) = &names[i];
-        (!whole.is_empty()
-            && words
-                .windows(whole.len())
-                .any(|win| win.iter().zip(whole).all(|(w, n)| w.to_lowercase() == *n)))
-            || first.is_some_and(|f| words.contains(&f))
-    };
-    // A chat line's speaker ("Arjun Raghunathan: …") is who writes the
-    // sentence, not whom it is about.
-    content
-        .lines()
-        .map(|line| match line.split_once(": ") {
-            Some((speaker, said))
-                if (1..=4).contains(&speaker.split_whitespace().count())
-                    && speaker
-                        .split_whitespace()
-                        .all(|w| w.starts_with(char::is_uppercase)) =>
-            {
-                said
+/// Where an episode names its mentions, sentence by sentence, and who
+/// writes each sentence. A mention is named by its whole name (case
+/// ignored), or by its first word as the text capitalises it ("Hamid" for
+/// "Hamid Castellanos"). A chat line's speaker ("Arjun Raghunathan: …")
+/// and an e-mail's `From:` are who writes the sentences, not what they
+/// are about; header lines (`From:`, `To:`, `Cc:`, `Subject:` …) are not
+/// sentences.
+struct Sentences<'a> {
+    /// Each sentence's text and the mentions it names.
+    sentences: Vec<(&'a str, Vec<usize>)>,
+    /// Per sentence: the mention writing it, if one is, and whether the
+    /// sentence speaks in the first person ("I", "me", "my").
+    writers: Vec<(Option<usize>, bool)>,
+    /// Per mention: whether the episode names it anywhere, headers and
+    /// speakers included.
+    anywhere: Vec<bool>,
+}
+
+/// E-mail header lines, in lower case.
+const HEADERS: [&str; 7] = [
+    "from:",
+    "to:",
+    "cc:",
+    "bcc:",
+    "subject:",
+    "date:",
+    "reply-to:",
+];
+
+impl<'a> Sentences<'a> {
+    fn new(content: &'a str, mentions: &[Mention]) -> Self {
+        // Each name's words are taken once, not once per sentence.
+        let names: Vec<(Vec<String>, Option<&str>)> = mentions
+            .iter()
+            .map(|m| {
+                let whole = crate::text::words(&m.name).map(str::to_lowercase).collect();
+                let first = crate::text::words(&m.name)
+                    .next()
+                    .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase));
+                (whole, first)
+            })
+            .collect();
+        let named_in = |text: &str| -> Vec<usize> {
+            let words: Vec<&str> = crate::text::words(text).collect();
+            (0..names.len())
+                .filter(|&i| {
+                    let (whole, first) = &names[i];
+                    (!whole.is_empty()
+                        && words
+                            .windows(whole.len())
+                            .any(|win| win.iter().zip(whole).all(|(w, n)| w.to_lowercase() == *n)))
+                        || first.is_some_and(|f| words.contains(&f))
+                })
+                .collect()
+        };
+        let mut out = Sentences {
+            sentences: Vec::new(),
+            writers: Vec::new(),
+            anywhere: vec![false; mentions.len()],
+        };
+        let mut sender: Option<usize> = None;
+        for line in content.lines() {
+            let lower = line.trim_start().to_lowercase();
+            if let Some(header) = HEADERS.iter().find(|h| lower.starts_with(*h)) {
+                let named = named_in(line);
+                if *header == "from:" {
+                    sender = named.first().copied();
+                }
+                for i in named {
+                    out.anywhere[i] = true;
+                }
+                continue;
             }
-            _ => line,
-        })
-        .flat_map(|line| line.split(['.', '!', '?', ';']))
-        .filter(|sentence| !sentence.trim().is_empty())
-        .find_map(|sentence| {
-            let words: Vec<&str> = crate::text::words(sentence).collect();
-            let about_pair = named(a, &words)
-                && named(b, &words)
-                && (0..names.len()).all(|i| i == a || i == b || !named(i, &words));
+            let (writer, said) = match line.split_once(": ") {
+                Some((speaker, said))
+                    if (1..=4).contains(&speaker.split_whitespace().count())
+                        && speaker
+                            .split_whitespace()
+                            .all(|w| w.starts_with(char::is_uppercase)) =>
+                {
+                    let named = named_in(speaker);
+                    for &i in &named {
+                        out.anywhere[i] = true;
+                    }
+                    (named.first().copied(), said)
+                }
+                _ => (sender, line),
+            };
+            for sentence in said.split(['.', '!', '?', ';']) {
+                if sentence.trim().is_empty() {
+                    continue;
+                }
+                let named = named_in(sentence);
+                for &i in &named {
+                    out.anywhere[i] = true;
+                }
+                let first_person = crate::text::words(sentence)
+                    .any(|w| matches!(w, "I" | "me" | "my" | "Me" | "My"));
+                out.sentences.push((sentence, named));
+                out.writers.push((writer, first_person));
+            }
+        }
+        out
+    }
+
+    /// Whether some sentence states something of `a` and `b` together:
+    /// it names both, or its writer is one of them, speaking in the first
+    /// person, and it names the other. A mention the episode does not name
+    /// at all (the model took it from a previous episode, "signed it
+    /// yesterday") cannot be judged, and passes.
+    fn pair_stated(&self, a: usize, b: usize) -> bool {
+        if !self.anywhere[a] || !self.anywhere[b] {
+            return true;
+        }
+        self.sentences
+            .iter()
+            .zip(&self.writers)
+            .any(|((_, named), (writer, first_person))| {
+                let (has_a, has_b) = (named.contains(&a), named.contains(&b));
+                (has_a && has_b)
+                    || (*first_person && *writer == Some(a) && has_b)
+                    || (*first_person && *writer == Some(b) && has_a)
+            })
+    }
+
+    /// The day an end word puts on the relationship between `a` and `b`:
+    /// read ([`stated_end`]) from a sentence that names both and no other
+    /// mention. Small models restate "Today is Hamid's last day: his
+    /// contract with Tidewell ends tonight" as "Hamid works for Tidewell",
+    /// leaving the end behind; a sentence that also names a third entity
+    /// ("Priya's contract with Acme ended in February and she joined
+    /// Brightline") may be about another relationship and is not read.
+    fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
+        self.sentences.iter().find_map(|(sentence, named)| {
+            let about_pair =
+                named.contains(&a) && named.contains(&b) && named.iter().all(|&i| i == a || i == b);
             if about_pair {
                 stated_end(sentence, reference.date_naive())
             } else {
                 None
             }
         })
+    }
 }
 
 /// A fact's `valid_at` and `invalid_at` from what the model wrote, the
 /// fact's sentence and, when both leave the end out, `episode_end` (the
-/// end the episode states for the pair, [`pair_sentence_end`]), at an
+/// end the episode states for the pair, [`Sentences::pair_end`]), at an
 /// episode written at `reference`.
 fn fact_times(
     valid_at: Option<&str>,
@@ -2387,6 +2480,56 @@ mod tests {
     }
 
     #[test]
+    fn a_pair_is_stated_by_a_sentence_naming_both_or_by_its_writer_in_the_first_person() {
+        let mention = |name: &str| Mention {
+            episode_id: "e".into(),
+            name: name.into(),
+            chain: Vec::new(),
+            attributes: Map::new(),
+            context: String::new(),
+            mapped: false,
+        };
+        let mentions = [
+            mention("Dana Whitcombe"),
+            mention("Acme Corp"),
+            mention("Priya Raman"),
+            mention("PO-1"),
+        ];
+        let stated = |content: &str, a, b| Sentences::new(content, &mentions).pair_stated(a, b);
+        let chat =
+            "Dana Whitcombe: Legal sent over the new Acme contract. Priya is leaving Acme Corp.";
+        assert!(
+            !stated(chat, 0, 1),
+            "the speaker is not what the line is about"
+        );
+        assert!(stated(chat, 2, 1), "named together");
+        assert!(stated(chat, 1, 2), "either order");
+        let mail = "From: Priya Raman <priya@acme.example>\nTo: Dana Whitcombe <dana@nw.example>\n\
+                    Subject: Acme Corp and you\n\nHi Dana,\n\nI joined Acme Corp in 2021. It resells laptops.";
+        assert!(
+            !stated(mail, 0, 1),
+            "the recipient is only in the headers and the greeting"
+        );
+        assert!(stated(mail, 2, 1), "the sender's I");
+        assert!(
+            stated("Dana Whitcombe signed it yesterday.", 0, 3),
+            "PO-1 is not named here at all: the model took it from a previous episode"
+        );
+        assert!(
+            !stated(
+                "Dana Whitcombe: I asked about PO-1. Acme Corp confirmed.",
+                1,
+                3
+            ),
+            "in different sentences"
+        );
+        assert!(
+            stated("Dana Whitcombe: I asked about PO-1.", 0, 3),
+            "the speaker's I"
+        );
+    }
+
+    #[test]
     fn an_end_is_read_from_an_episode_sentence_that_names_the_pair_and_no_other_entity() {
         let reference = parse_time(Some("2025-03-31T17:05:00Z"))
             .expect("time")
@@ -2406,7 +2549,9 @@ mod tests {
             mention("Acme"),
         ];
         let end = |content: &str, a, b| {
-            pair_sentence_end(content, &mentions, a, b, reference).map(|d| d.to_string())
+            Sentences::new(content, &mentions)
+                .pair_end(a, b, reference)
+                .map(|d| d.to_string())
         };
         let chat = "Arjun Raghunathan: Today is Hamid's last day: his contract with Tidewell \
                     ends tonight. SEC-11 is closed.";

@@ -38,6 +38,13 @@ pub struct ExtractSpec {
     /// name. Turn it off with `resolve.embedding_candidates`, whose
     /// neighbours can bring such references to their entity.
     pub reject_descriptions: bool,
+    /// Drop a fact unless some sentence of its episode names both ends
+    /// (or its writer, speaking in the first person, is one end and the
+    /// sentence names the other). A chat line's speaker and e-mail headers
+    /// do not count as naming; records are not judged; an end the episode
+    /// does not name at all passes. Off by default: it also drops true
+    /// facts stated without naming an end.
+    pub require_stated_pair: bool,
     /// Which properties of a type the entity call and the subtype walk
     /// ask the model to write (see [`AskedProperties`]).
     pub properties: AskedProperties,
@@ -90,6 +97,7 @@ impl Default for ExtractSpec {
             fold_edge_subtypes: false,
             facts_by_source: false,
             reject_descriptions: true,
+            require_stated_pair: false,
             properties: AskedProperties::All,
         }
     }

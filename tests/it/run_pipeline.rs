@@ -1472,3 +1472,81 @@ async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
     assert!(rejected.is_empty(), "{rejected:?}");
     server.shutdown().await;
 }
+
+/// `extract.require_stated_pair`: a fact whose ends no sentence names
+/// together (a chat line's speaker does not count) is dropped with a
+/// failure row when the check is on, and kept when it is off.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_required() {
+    use graphloom::extract::{ExtractSpec, Mention, Prompts, extract_facts};
+    let server = TestServer::start(Behavior::default())
+        .await
+        .expect("server");
+    let (mut spec, ontology) = common::procurement();
+    spec.llm.base_url = server.base_url();
+    spec.llm.max_attempts = 1;
+    let client =
+        graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
+    let episode = common::text_episode(
+        "Dana Whitcombe: Legal sent over the new Acme contract. Priya Raman is leaving Acme Corp.",
+    );
+    let mention = |name: &str, kind: &str| Mention {
+        episode_id: "ep-1".into(),
+        name: name.into(),
+        chain: vec![kind.into()],
+        attributes: Default::default(),
+        context: String::new(),
+        mapped: false,
+    };
+    let mentions = [
+        mention("Dana Whitcombe", "Person"),
+        mention("Acme Corp", "Company"),
+        mention("Priya Raman", "Person"),
+    ];
+    let reply = json!({"facts": [
+        {"source": "Dana Whitcombe", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Dana Whitcombe works for Acme.", "valid_at": null, "invalid_at": null},
+        {"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman is leaving Acme Corp.", "valid_at": null, "invalid_at": null},
+    ]});
+    for required in [true, false] {
+        server.push_replies([Reply::json(&reply)]);
+        let spec = ExtractSpec {
+            require_stated_pair: required,
+            ..ExtractSpec::default()
+        };
+        let (facts, rejected) = extract_facts(
+            &client,
+            &ontology,
+            &spec,
+            &Prompts::new(&ontology, &spec),
+            &episode,
+            &[],
+            &mentions,
+        )
+        .await
+        .expect("a valid reply");
+        let sources: Vec<&str> = facts
+            .iter()
+            .map(|f| mentions[f.source].name.as_str())
+            .collect();
+        let dropped = rejected
+            .iter()
+            .filter(|r| {
+                r.reason.starts_with(
+                    "no sentence of the episode names both `Dana Whitcombe` and `Acme Corp`",
+                )
+            })
+            .count();
+        if required {
+            assert_eq!(sources, vec!["Priya Raman"], "{rejected:?}");
+            assert_eq!(dropped, 1, "{rejected:?}");
+        } else {
+            assert_eq!(
+                sources,
+                vec!["Dana Whitcombe", "Priya Raman"],
+                "{rejected:?}"
+            );
+            assert_eq!(dropped, 0, "{rejected:?}");
+        }
+    }
+    server.shutdown().await;
+}
