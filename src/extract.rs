@@ -2481,14 +2481,7 @@ mod tests {
 
     #[test]
     fn a_pair_is_stated_by_a_sentence_naming_both_or_by_its_writer_in_the_first_person() {
-        let mention = |name: &str| Mention {
-            episode_id: "e".into(),
-            name: name.into(),
-            chain: Vec::new(),
-            attributes: Map::new(),
-            context: String::new(),
-            mapped: false,
-        };
+        let mention = |name: &str| mention(name, "Entity");
         let mentions = [
             mention("Dana Whitcombe"),
             mention("Acme Corp"),
@@ -2534,14 +2527,7 @@ mod tests {
         let reference = parse_time(Some("2025-03-31T17:05:00Z"))
             .expect("time")
             .expect("some");
-        let mention = |name: &str| Mention {
-            episode_id: "e".into(),
-            name: name.into(),
-            chain: Vec::new(),
-            attributes: Map::new(),
-            context: String::new(),
-            mapped: false,
-        };
+        let mention = |name: &str| mention(name, "Entity");
         let mentions = [
             mention("Hamid Castellanos"),
             mention("Tidewell"),

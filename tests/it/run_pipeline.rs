@@ -1424,14 +1424,7 @@ async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
     use graphloom::extract::{ExtractSpec, Prompts, extract_entities};
-    let server = TestServer::start(Behavior::default())
-        .await
-        .expect("server");
-    let (mut spec, ontology) = common::procurement();
-    spec.llm.base_url = server.base_url();
-    spec.llm.max_attempts = 1;
-    let client =
-        graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
+    let (server, ontology, client) = extraction_client().await;
     let episode = common::text_episode(
         "ORDER FORM AOF-7. Seller: Acme Corp. Product: Corvid Workspace. \
          Purchase order PO-12 follows.",
@@ -1479,14 +1472,7 @@ async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_required() {
     use graphloom::extract::{ExtractSpec, Mention, Prompts, extract_facts};
-    let server = TestServer::start(Behavior::default())
-        .await
-        .expect("server");
-    let (mut spec, ontology) = common::procurement();
-    spec.llm.base_url = server.base_url();
-    spec.llm.max_attempts = 1;
-    let client =
-        graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
+    let (server, ontology, client) = extraction_client().await;
     let episode = common::text_episode(
         "Dana Whitcombe: Legal sent over the new Acme contract. Priya Raman is leaving Acme Corp.",
     );
@@ -1549,4 +1535,22 @@ async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_require
         }
     }
     server.shutdown().await;
+}
+
+/// A test server with no scripted replies yet, the procurement ontology,
+/// and a client of that server, for calling an extraction step directly.
+async fn extraction_client() -> (
+    TestServer,
+    graphloom::ontology::Ontology,
+    graphloom::llm::LlmClient,
+) {
+    let server = TestServer::start(Behavior::default())
+        .await
+        .expect("server");
+    let (mut spec, ontology) = common::procurement();
+    spec.llm.base_url = server.base_url();
+    spec.llm.max_attempts = 1;
+    let client =
+        graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
+    (server, ontology, client)
 }
