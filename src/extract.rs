@@ -539,10 +539,8 @@ fn type_word(name: &str) -> String {
 /// `PurchaseOrder`).
 #[derive(Debug, Clone)]
 struct TypeWords {
-    /// Every entity type name as a [`type_word`].
-    words: Vec<String>,
-    /// The entity type names, in the order of `words`.
-    types: Vec<String>,
+    /// Every entity type name as a [`type_word`], with the name.
+    words: Vec<(String, String)>,
     /// The acronym type names, in lower case.
     acronyms: Vec<String>,
     /// The initials of the type names of two or more words, in capitals.
@@ -563,8 +561,7 @@ impl TypeWords {
             })
             .collect();
         TypeWords {
-            words: names.clone().map(|k| type_word(k)).collect(),
-            types: names.clone().cloned().collect(),
+            words: names.clone().map(|k| (type_word(k), k.clone())).collect(),
             acronyms: names
                 .filter(|k| k.len() >= 2 && k.chars().all(|c| c.is_ascii_uppercase()))
                 .map(|k| k.to_ascii_lowercase())
@@ -584,15 +581,16 @@ impl TypeWords {
             return None;
         }
         let words = type_word(words);
-        let i = self.words.iter().position(|w| *w == words)?;
-        Some((self.types[i].as_str(), code))
+        let (_, kind) = self.words.iter().find(|(w, _)| *w == words)?;
+        Some((kind.as_str(), code))
     }
 
     /// Whether `name` spells a type: as a type word, as the initials of a
     /// type of several words, or, when it is two or more words of letters,
     /// by its initials as an acronym type.
     fn spelled_by(&self, name: &str) -> bool {
-        if self.words.contains(&type_word(name)) {
+        let word = type_word(name);
+        if self.words.iter().any(|(w, _)| *w == word) {
             return true;
         }
         let bare = name.trim().trim_end_matches(['.', 's']);
@@ -1577,14 +1575,21 @@ pub async fn extract_facts(
 /// are about; header lines (`From:`, `To:`, `Cc:`, `Subject:` …) are not
 /// sentences.
 struct Sentences<'a> {
-    /// Each sentence's text and the mentions it names.
-    sentences: Vec<(&'a str, Vec<usize>)>,
-    /// Per sentence: the mention writing it, if one is, and whether the
-    /// sentence speaks in the first person ("I", "me", "my").
-    writers: Vec<(Option<usize>, bool)>,
+    sentences: Vec<Sentence<'a>>,
     /// Per mention: whether the episode names it anywhere, headers and
     /// speakers included.
     anywhere: Vec<bool>,
+}
+
+/// One sentence of an episode, as [`Sentences`] reads it.
+struct Sentence<'a> {
+    text: &'a str,
+    /// The mentions it names.
+    named: Vec<usize>,
+    /// The mention writing it, if one is.
+    writer: Option<usize>,
+    /// Whether it speaks in the first person ("I", "me", "my").
+    first_person: bool,
 }
 
 /// E-mail header lines, in lower case.
@@ -1626,7 +1631,6 @@ impl<'a> Sentences<'a> {
         };
         let mut out = Sentences {
             sentences: Vec::new(),
-            writers: Vec::new(),
             anywhere: vec![false; mentions.len()],
         };
         let mut sender: Option<usize> = None;
@@ -1667,8 +1671,12 @@ impl<'a> Sentences<'a> {
                 }
                 let first_person = crate::text::words(sentence)
                     .any(|w| matches!(w, "I" | "me" | "my" | "Me" | "My"));
-                out.sentences.push((sentence, named));
-                out.writers.push((writer, first_person));
+                out.sentences.push(Sentence {
+                    text: sentence,
+                    named,
+                    writer,
+                    first_person,
+                });
             }
         }
         out
@@ -1683,15 +1691,12 @@ impl<'a> Sentences<'a> {
         if !self.anywhere[a] || !self.anywhere[b] {
             return true;
         }
-        self.sentences
-            .iter()
-            .zip(&self.writers)
-            .any(|((_, named), (writer, first_person))| {
-                let (has_a, has_b) = (named.contains(&a), named.contains(&b));
-                (has_a && has_b)
-                    || (*first_person && *writer == Some(a) && has_b)
-                    || (*first_person && *writer == Some(b) && has_a)
-            })
+        self.sentences.iter().any(|s| {
+            let (has_a, has_b) = (s.named.contains(&a), s.named.contains(&b));
+            (has_a && has_b)
+                || (s.first_person && s.writer == Some(a) && has_b)
+                || (s.first_person && s.writer == Some(b) && has_a)
+        })
     }
 
     /// The day an end word puts on the relationship between `a` and `b`:
@@ -1702,11 +1707,12 @@ impl<'a> Sentences<'a> {
     /// ("Priya's contract with Acme ended in February and she joined
     /// Brightline") may be about another relationship and is not read.
     fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
-        self.sentences.iter().find_map(|(sentence, named)| {
-            let about_pair =
-                named.contains(&a) && named.contains(&b) && named.iter().all(|&i| i == a || i == b);
+        self.sentences.iter().find_map(|s| {
+            let about_pair = s.named.contains(&a)
+                && s.named.contains(&b)
+                && s.named.iter().all(|&i| i == a || i == b);
             if about_pair {
-                stated_end(sentence, reference.date_naive())
+                stated_end(s.text, reference.date_naive())
             } else {
                 None
             }
