@@ -753,19 +753,6 @@ async fn materialize_inner(
     sql: &str,
 ) -> Result<(), DataFusionError> {
     let (schema, batches) = run_sql(ctx, sql).await?;
-    // An unnest's batches are slices of its input's buffers, and an
-    // in-memory table's statistics count every batch's whole buffers: the
-    // stems of 2.6M mentions looked like 5.2 GB, more than the 30M
-    // committed nodes, so the longer-name join hashed the nodes (6.9 GB,
-    // 31 s) and streamed the stems. In buffers of their own, the tables
-    // are as large as what they hold.
-    let batches = batches
-        .iter()
-        .map(|b| {
-            let all = arrow::array::UInt32Array::from_iter_values(0..b.num_rows() as u32);
-            arrow::compute::take_record_batch(b, &all)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
     register_batches(ctx, name, schema, batches).await
 }
 
