@@ -1,8 +1,10 @@
 //! Text normalisation shared by extraction and resolution: name folding
 //! (case, punctuation, corporate suffixes), character 3-shingles with
 //! Jaccard similarity, MinHash signatures with LSH band keys, and the gate
-//! that keeps short or generic names out of fuzzy matching. A leaf: it
-//! imports nothing from the crate.
+//! that keeps short or generic names out of fuzzy matching; the identity
+//! keys read from attributes. A leaf: it imports nothing from the crate.
+
+use std::collections::BTreeMap;
 
 /// Normalises a name for matching: lower case, every run of characters
 /// other than letters and digits becomes one space, trimmed. "ACME corp."
@@ -317,6 +319,156 @@ impl NameKeys {
             .into_iter()
             .map(|k| (k ^ salt) as i64)
             .collect()
+    }
+}
+
+/// Marks an identity property whose different values do not keep two
+/// mentions apart (`may_change`): its keys are `~property=value`.
+pub const MAY_CHANGE: char = '~';
+
+/// `property=value` keys of the identity properties present in a JSON
+/// object, values normalised like names. Unreadable JSON has none. A
+/// property named with [`MAY_CHANGE`] in front is looked up without it.
+pub fn identity_values(props: &[String], attributes: &str) -> Vec<String> {
+    use serde::de::DeserializeSeed;
+    // Resolution reads this for every committed node of a type with
+    // identity properties (millions): only the wanted values are built,
+    // the rest of the object is skipped as it is parsed.
+    let mut parser = serde_json::Deserializer::from_str(attributes);
+    let found = match Wanted(props).deserialize(&mut parser) {
+        Ok(found) if parser.end().is_ok() => found,
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (p, value) in props.iter().zip(found) {
+        let value = match value {
+            Some(serde_json::Value::String(v)) => normalize_name(&v),
+            Some(serde_json::Value::Null) | None => continue,
+            Some(other) => normalize_name(&other.to_string()),
+        };
+        if !value.is_empty() {
+            out.push(format!("{p}={value}"));
+        }
+    }
+    out
+}
+
+/// Reads a JSON object keeping the values of `props` (by position; the
+/// last of repeated keys wins, as in a parsed map) and skipping the rest.
+struct Wanted<'p>(&'p [String]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Wanted<'_> {
+    type Value = Vec<Option<serde_json::Value>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Wanted<'_> {
+    type Value = Vec<Option<serde_json::Value>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = vec![None; self.0.len()];
+        while let Some(slot) = map.next_key_seed(KeySlot(self.0))? {
+            match slot {
+                Some(i) => found[i] = Some(map.next_value()?),
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A key of [`Wanted`]'s object: the position of the property it names,
+/// compared without copying the key.
+struct KeySlot<'p>(&'p [String]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySlot<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for KeySlot<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a property name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self
+            .0
+            .iter()
+            .position(|p| p.trim_start_matches(MAY_CHANGE) == key))
+    }
+}
+
+/// Version of the stored identity keys: raise it whenever
+/// [`identity_values`] changes what it computes, so keys stored with older
+/// rows stop matching [`IdentityKeys::fingerprint`].
+const IDENTITY_KEYS_VERSION: u32 = 1;
+
+/// The `nodes` columns that store a node's identity keys
+/// ([`IdentityKeys`]) and the fingerprint of the identity properties they
+/// were read under. Apart from the name keys' columns: identity keys follow
+/// the ontology, name keys the `[resolve]` settings.
+pub const IDENTITY_KEY_COLUMNS: [&str; 2] = ["identity_keys", "identity_keys_fingerprint"];
+
+/// The identity keys of nodes (`property=value`, [`identity_values`]) under
+/// one ontology's identity properties: type name → its properties, a
+/// `may_change` one marked with [`MAY_CHANGE`]. Nodes store them with a
+/// [`IdentityKeys::fingerprint`], so resolution reads them instead of
+/// parsing millions of nodes' attributes again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IdentityKeys {
+    properties: BTreeMap<String, Vec<String>>,
+}
+
+impl IdentityKeys {
+    /// Keys under these identity properties, by type name.
+    pub fn new(properties: BTreeMap<String, Vec<String>>) -> Self {
+        IdentityKeys { properties }
+    }
+
+    /// The identity properties, by type name.
+    pub fn properties(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.properties
+    }
+
+    /// A short text that changes whenever the keys of some node would: the
+    /// key version and every type's identity properties, in order.
+    pub fn fingerprint(&self) -> String {
+        let mut text = format!("i{IDENTITY_KEYS_VERSION}");
+        for (t, props) in &self.properties {
+            // Separators no type or property name contains.
+            text.push('\u{1e}');
+            text.push_str(t);
+            for p in props {
+                text.push('\u{1f}');
+                text.push_str(p);
+            }
+        }
+        format!("i{IDENTITY_KEYS_VERSION}-{:016x}", fnv1a(text.bytes()))
+    }
+
+    /// The identity keys of a node of final type `entity_type` with these
+    /// attributes (a JSON object); none for a type without identity
+    /// properties.
+    pub fn keys(&self, entity_type: &str, attributes: &str) -> Vec<String> {
+        match self.properties.get(entity_type) {
+            Some(props) => identity_values(props, attributes),
+            None => Vec::new(),
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use rayon::prelude::*;
 
 use crate::resolve::entities::{MentionKey, Resolved, Target, mentions_schema, resolve_entities};
 use crate::resolve::{ResolveSpec, normalize_name};
-use crate::text::NAME_KEY_COLUMNS;
+use crate::text::{IDENTITY_KEY_COLUMNS, IdentityKeys, NAME_KEY_COLUMNS};
 
 /// Settings of `graphloom bench resolve`.
 #[derive(Debug, Clone)]
@@ -251,10 +251,15 @@ fn nodes_schema() -> SchemaRef {
             .map(|f| f.as_ref().clone()),
     );
     let nodes = crate::store::Table::Nodes.schema();
-    for key in NAME_KEY_COLUMNS {
+    for key in NAME_KEY_COLUMNS.into_iter().chain(IDENTITY_KEY_COLUMNS) {
         fields.push(nodes.field_with_name(key).expect("a nodes column").clone());
     }
     Arc::new(Schema::new(fields))
+}
+
+/// The bench ontology's identity properties: a person's e-mail.
+fn identity_properties() -> BTreeMap<String, Vec<String>> {
+    [("Person".to_string(), vec!["email".to_string()])].into()
 }
 
 const ROWS_PER_FILE: usize = 500_000;
@@ -268,11 +273,18 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
     let ids: Vec<u64> = range.collect();
     // The keys a graph written under the default settings stores.
     let keys = ResolveSpec::default().name_keys();
+    let identity = IdentityKeys::new(identity_properties());
     for chunk in ids.chunks(64 * 1024) {
         let es: Vec<Entity> = chunk.iter().map(|&i| entity(seed, i)).collect();
         let groups = StringArray::from_iter_values(chunk.iter().map(|_| "bench"));
         let normalized = StringArray::from_iter_values(es.iter().map(|e| normalize_name(&e.name)));
         let key_columns = crate::store::name_key_columns(&keys, &groups, &normalized);
+        let types = StringArray::from_iter_values(
+            es.iter()
+                .map(|e| e.chain.last().map_or("Entity", String::as_str)),
+        );
+        let attributes = StringArray::from_iter_values(es.iter().map(attributes));
+        let id_columns = crate::store::identity_key_columns(&identity, &types, &attributes);
         let mut labels = ListBuilder::new(StringBuilder::new());
         for e in &es {
             labels.values().append_value("Entity");
@@ -293,14 +305,12 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
                 es.iter().map(|e| e.name.as_str()),
             )),
             Arc::new(normalized),
-            Arc::new(StringArray::from_iter_values(
-                es.iter()
-                    .map(|e| e.chain.last().map_or("Entity", String::as_str)),
-            )),
+            Arc::new(types),
             Arc::new(labels.finish()),
-            Arc::new(StringArray::from_iter_values(es.iter().map(attributes))),
+            Arc::new(attributes),
         ];
         columns.extend(key_columns);
+        columns.extend(id_columns);
         writer.write(&RecordBatch::try_new(nodes_schema(), columns)?)?;
     }
     writer.close()?;
@@ -312,7 +322,7 @@ fn write_nodes_file(path: &Path, seed: u64, range: std::ops::Range<u64>) -> Resu
 fn ensure_nodes(dir: &Path, seed: u64, nodes: usize) -> Result<f64, BenchError> {
     let started = Instant::now();
     let marker = dir.join("_complete");
-    let stamp = format!("seed={seed} nodes={nodes} format=4");
+    let stamp = format!("seed={seed} nodes={nodes} format=5");
     if std::fs::read_to_string(&marker).is_ok_and(|s| s == stamp) {
         return Ok(0.0);
     }
@@ -513,9 +523,11 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
     let (mentions, truth, kinds) = mentions(&b);
     let (ctx, scratch) = match &b.cluster {
         None => {
-            let config = SessionConfig::new().with_target_partitions(
-                std::thread::available_parallelism().map_or(2, |n| n.get()),
-            );
+            // DataFusion settings from `DATAFUSION_*` variables, as
+            // `graphloom sql` reads them, to compare plans without a
+            // rebuild; by default a partition per core.
+            let config = SessionConfig::from_env()
+                .map_err(|e| e.context("reading DATAFUSION_* settings from the environment"))?;
             (SessionContext::new_with_config(config), None)
         }
         Some(url) => {
@@ -537,15 +549,18 @@ pub async fn run_resolve_bench(b: ResolveBench) -> Result<ResolveReport, BenchEr
         .fields()
         .iter()
         .map(|f| f.name().clone())
-        .filter(|c| !(b.computed_keys && NAME_KEY_COLUMNS.contains(&c.as_str())))
+        .filter(|c| {
+            let key = NAME_KEY_COLUMNS.contains(&c.as_str())
+                || IDENTITY_KEY_COLUMNS.contains(&c.as_str());
+            !(b.computed_keys && key)
+        })
         .collect();
     ctx.sql(&format!(
         "CREATE VIEW bench_nodes AS SELECT {} FROM bench_node_files",
         columns.join(", ")
     ))
     .await?;
-    let identity: BTreeMap<String, Vec<String>> =
-        [("Person".to_string(), vec!["email".to_string()])].into();
+    let identity = identity_properties();
     // Peak memory of resolution only: reset the high-water mark first.
     super::reset_peak_rss();
     let started = Instant::now();

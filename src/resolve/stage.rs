@@ -14,7 +14,7 @@ use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{MentionKey, Resolved, identity_names, resolve_entities};
+use super::entities::{MentionKey, Resolved, identity_properties, resolve_entities};
 use super::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
 use super::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
 use super::{ResolveSpec, normalize_name};
@@ -292,13 +292,7 @@ async fn cluster_mentions(
             attributes: Value::Object(m.mention.attributes.clone()).to_string(),
         })
         .collect();
-    let identity: BTreeMap<String, Vec<String>> = cx
-        .ontology
-        .entity_types
-        .values()
-        .filter(|t| !t.identity_properties.is_empty())
-        .map(|t| (t.name.clone(), identity_names(t)))
-        .collect();
+    let identity = identity_properties(cx.ontology);
     let rs = cx.spec;
     let vectors = if rs.embedding_candidates {
         let vectors = mention_vectors(cx, &keys, out).await;

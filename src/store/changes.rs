@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use super::{Result, StoreError, Table, Transaction, WriteMode, step};
 use crate::ontology::Ontology;
-use crate::text::{NAME_KEY_COLUMNS, NameKeys};
+use crate::text::{IDENTITY_KEY_COLUMNS, IdentityKeys, NAME_KEY_COLUMNS, NameKeys};
 
 /// The rows a command adds or replaces. Empty vectors write nothing.
 #[derive(Debug, Default)]
@@ -47,8 +47,9 @@ impl Transaction {
     /// Stages `changes`, and the ontology's four tables when its hash
     /// differs from the last completed run's. Returns that hash, for the
     /// `runs` row. Every node row is written with its name blocking keys
-    /// under `keys` (the resolve settings in effect), so later runs with
-    /// the same settings read them instead of recomputing them.
+    /// under `keys` (the resolve settings in effect) and its identity keys
+    /// under the ontology's identity properties, so later runs with the
+    /// same settings read them instead of recomputing them.
     pub fn stage_changes(
         &mut self,
         changes: &Changes,
@@ -83,7 +84,11 @@ impl Transaction {
             (
                 Table::Nodes,
                 nodes_mode,
-                with_name_keys(rows::to_batch(Table::Nodes, &changes.nodes)?, keys)?,
+                with_blocking_keys(
+                    rows::to_batch(Table::Nodes, &changes.nodes)?,
+                    keys,
+                    &IdentityKeys::new(crate::resolve::entities::identity_properties(ontology)),
+                )?,
             ),
             (
                 Table::Edges,
@@ -121,22 +126,57 @@ impl Transaction {
     }
 }
 
-/// `batch` (rows of `nodes`) with its three name-key columns filled under
-/// `keys` ([`name_key_columns`]).
-fn with_name_keys(batch: RecordBatch, keys: &NameKeys) -> Result<RecordBatch> {
+/// `batch` (rows of `nodes`) with its name-key columns filled under
+/// `keys` ([`name_key_columns`]) and its identity-key columns under
+/// `identity` ([`identity_key_columns`]).
+fn with_blocking_keys(
+    batch: RecordBatch,
+    keys: &NameKeys,
+    identity: &IdentityKeys,
+) -> Result<RecordBatch> {
     let schema = batch.schema();
     let strings = |name: &str| -> Result<ArrayRef> {
         let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
         arrow::compute::cast(batch.column(i), &DataType::Utf8).map_err(|e| encode_err(name, e))
     };
     let (groups, names) = (strings("group_id")?, strings("name_normalized")?);
-    let computed = name_key_columns(keys, groups.as_string(), names.as_string());
+    let (types, attributes) = (strings("type")?, strings("attributes")?);
+    let names = name_key_columns(keys, groups.as_string(), names.as_string());
+    let ids = identity_key_columns(identity, types.as_string(), attributes.as_string());
     let mut columns = batch.columns().to_vec();
-    for (name, array) in NAME_KEY_COLUMNS.into_iter().zip(computed) {
+    let filled = NAME_KEY_COLUMNS
+        .into_iter()
+        .zip(names)
+        .chain(IDENTITY_KEY_COLUMNS.into_iter().zip(ids));
+    for (name, array) in filled {
         let i = schema.index_of(name).map_err(|e| encode_err(name, e))?;
         columns[i] = array;
     }
-    RecordBatch::try_new(schema, columns).map_err(|e| encode_err("name keys", e))
+    RecordBatch::try_new(schema, columns).map_err(|e| encode_err("blocking keys", e))
+}
+
+/// The two identity-key columns of `nodes` ([`IDENTITY_KEY_COLUMNS`]) for
+/// rows of these final types and attributes (JSON objects). Parsing is
+/// proportional to the rows, spread over rayon's threads.
+pub fn identity_key_columns(
+    identity: &IdentityKeys,
+    types: &StringArray,
+    attributes: &StringArray,
+) -> [ArrayRef; 2] {
+    let computed: Vec<Vec<String>> = (0..types.len())
+        .into_par_iter()
+        .map(|i| identity.keys(types.value(i), attributes.value(i)))
+        .collect();
+    let mut keys = ListBuilder::new(StringBuilder::new());
+    for k in &computed {
+        for v in k {
+            keys.values().append_value(v);
+        }
+        keys.append(true);
+    }
+    let fingerprint = identity.fingerprint();
+    let fingerprints = StringArray::from_iter_values(computed.iter().map(|_| fingerprint.as_str()));
+    [Arc::new(keys.finish()), Arc::new(fingerprints)]
 }
 
 /// The three name-key columns of `nodes` ([`NAME_KEY_COLUMNS`], in the
@@ -176,7 +216,7 @@ fn encode_err(what: &str, source: arrow::error::ArrowError) -> StoreError {
     StoreError::Encode {
         table: Table::Nodes.name(),
         source: arrow::error::ArrowError::InvalidArgumentError(format!(
-            "filling the name keys ({what}): {source}"
+            "filling the blocking keys ({what}): {source}"
         )),
     }
 }

@@ -42,7 +42,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use url::Url;
 
-pub use changes::{Changes, max_short_id, name_key_columns, unseen_episodes};
+pub use changes::{Changes, identity_key_columns, max_short_id, name_key_columns, unseen_episodes};
 pub use lock::{LockInfo, host_name};
 pub use rows::RunRow;
 pub use tables::Table;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::text::NAME_KEY_COLUMNS;
+use crate::text::{IDENTITY_KEY_COLUMNS, NAME_KEY_COLUMNS};
 
 /// One table of the graph; each is a Delta table in its own directory
 /// under the graph root.
@@ -138,6 +138,16 @@ impl Table {
                     true,
                 ),
                 text_null(NAME_KEY_COLUMNS[2]),
+                // Added after the name keys, nullable for the same reason:
+                // the node's identity keys under the identity properties
+                // fingerprinted in `identity_keys_fingerprint`
+                // (crate::text::IdentityKeys).
+                Field::new(
+                    IDENTITY_KEY_COLUMNS[0],
+                    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                    true,
+                ),
+                text_null(IDENTITY_KEY_COLUMNS[1]),
             ],
             Table::NodeLabels => vec![
                 text("node_id"),

@@ -127,6 +127,54 @@ async fn stored_name_keys_are_read_under_the_current_settings_and_ignored_under_
     assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
 }
 
+/// Resolves `mentions` against one committed company node whose stored
+/// identity keys are `stored` under `fingerprint`, while its attributes
+/// hold no identity value.
+async fn resolve_against_stored_identity(
+    stored: &str,
+    fingerprint: &str,
+    mentions: &[MentionKey],
+) -> Resolved {
+    let spec = ResolveSpec::default();
+    let identity: BTreeMap<String, Vec<String>> =
+        [("Company".to_string(), vec!["domain".to_string()])].into();
+    let ctx = SessionContext::new();
+    for f in graphloom::resolve::entities::udfs(&spec, &identity) {
+        ctx.register_udf(f);
+    }
+    ctx.sql(&format!(
+        "CREATE VIEW nodes AS SELECT CAST(1 AS BIGINT) AS short_id, 'g' AS group_id, \
+         'Zork Industries' AS name, 'zork industries' AS name_normalized, 'Company' AS type, \
+         make_array('Entity', 'Company') AS labels, '{{}}' AS attributes, \
+         make_array('{stored}') AS identity_keys, '{fingerprint}' AS identity_keys_fingerprint"
+    ))
+    .await
+    .expect("view");
+    let (clusters, _) = resolve_entities(&ctx, "nodes", mentions, &[], &spec, &identity)
+        .await
+        .expect("resolution runs");
+    clusters.finish()
+}
+
+#[tokio::test]
+async fn stored_identity_keys_are_read_under_the_current_identity_properties_only() {
+    let identity: BTreeMap<String, Vec<String>> =
+        [("Company".to_string(), vec!["domain".to_string()])].into();
+    let current = graphloom::text::IdentityKeys::new(identity).fingerprint();
+    // Another name, the stored key's domain: found by identity alone.
+    let mentions = [key(
+        "Blorb Labs",
+        &["Company"],
+        r#"{"domain": "zork.example"}"#,
+    )];
+    let r = resolve_against_stored_identity("domain=zork example", &current, &mentions).await;
+    assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
+    // Keys stored under other identity properties are recomputed from the
+    // attributes, which hold none: no match.
+    let r = resolve_against_stored_identity("domain=zork example", "i0-stale", &mentions).await;
+    assert_eq!(node_of(&r, 0), None, "{r:?}");
+}
+
 #[tokio::test]
 async fn stored_and_computed_name_keys_find_the_same_candidates() {
     let dir = tempfile::tempdir().expect("temp dir");

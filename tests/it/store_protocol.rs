@@ -346,7 +346,8 @@ async fn nodes_written_without_name_keys_take_keyed_merges_and_appends() {
         .schema()
         .index_of("name_folded")
         .expect("key columns last");
-    assert_eq!(columns, batch.num_columns() - 3);
+    // Three name-key and two identity-key columns.
+    assert_eq!(columns, batch.num_columns() - 5);
     common::write_older_table(&store, Table::Nodes, batch, columns).await;
 
     // One run updates the old node in place (a MERGE) and adds another.
@@ -357,6 +358,9 @@ async fn nodes_written_without_name_keys_take_keyed_merges_and_appends() {
     updated.name_normalized = "acme corp".into();
     let mut added = node("new", "Globex Widgets Ltd");
     added.name_normalized = "globex widgets ltd".into();
+    added.node_type = "Company".into();
+    added.labels = vec!["Entity".into(), "Company".into()];
+    added.attributes = r#"{"domain": "Globex.example", "industry": "widgets"}"#.into();
     added.short_id = 2;
     let changes = graphloom::store::Changes {
         nodes: vec![updated, added],
@@ -407,4 +411,33 @@ async fn nodes_written_without_name_keys_take_keyed_merges_and_appends() {
     assert_eq!(stored, expected);
     // The longer name is fuzzy-eligible, so its band keys are there.
     assert_eq!(stored[1].2.len(), 10);
+
+    // Identity keys: the company's domain, normalised like a name, under
+    // the ontology's identity properties; none for an untyped entity.
+    let rows = crate::run_pipeline::query(
+        &store,
+        "SELECT identity_keys, identity_keys_fingerprint FROM nodes ORDER BY short_id",
+    )
+    .await;
+    let stored: Vec<(Vec<String>, String)> = rows
+        .iter()
+        .map(|r| {
+            serde_json::from_value(serde_json::json!([
+                r["identity_keys"],
+                r["identity_keys_fingerprint"]
+            ]))
+            .expect("a row with identity keys")
+        })
+        .collect();
+    let fingerprint = graphloom::text::IdentityKeys::new(
+        graphloom::resolve::entities::identity_properties(&ontology),
+    )
+    .fingerprint();
+    assert_eq!(
+        stored,
+        [
+            (vec![], fingerprint.clone()),
+            (vec!["domain=globex example".to_string()], fingerprint)
+        ]
+    );
 }
