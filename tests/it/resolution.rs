@@ -80,33 +80,44 @@ async fn corporate_suffix_case_and_punctuation_variants_merge() {
     );
 }
 
-/// Resolves `mentions` against one committed company node whose stored
-/// name keys say `stored_folded` under `fingerprint`, while its name
-/// ("Zork Industries") folds to something else.
-async fn resolve_against_stored_keys(
-    stored_folded: &str,
-    fingerprint: &str,
+/// Resolves `mentions` under `identity` against one committed company
+/// node, "Zork Industries" with no attributes, whose stored key columns
+/// are `keys` (SQL select items).
+async fn resolve_against_zork(
+    keys: &str,
+    identity: &BTreeMap<String, Vec<String>>,
     mentions: &[MentionKey],
 ) -> Resolved {
     let spec = ResolveSpec::default();
-    let identity = BTreeMap::new();
     let ctx = SessionContext::new();
-    for f in graphloom::resolve::entities::udfs(&spec, &identity) {
+    for f in graphloom::resolve::entities::udfs(&spec, identity) {
         ctx.register_udf(f);
     }
     ctx.sql(&format!(
         "CREATE VIEW nodes AS SELECT CAST(1 AS BIGINT) AS short_id, 'g' AS group_id, \
          'Zork Industries' AS name, 'zork industries' AS name_normalized, 'Company' AS type, \
-         make_array('Entity', 'Company') AS labels, '{{}}' AS attributes, \
-         '{stored_folded}' AS name_folded, name_bands('g', '{stored_folded}') AS name_band_keys, \
-         '{fingerprint}' AS name_keys_fingerprint"
+         make_array('Entity', 'Company') AS labels, '{{}}' AS attributes, {keys}"
     ))
     .await
     .expect("view");
-    let (clusters, _) = resolve_entities(&ctx, "nodes", mentions, &[], &spec, &identity)
+    let (clusters, _) = resolve_entities(&ctx, "nodes", mentions, &[], &spec, identity)
         .await
         .expect("resolution runs");
     clusters.finish()
+}
+
+/// [`resolve_against_zork`] with name keys that say `stored_folded` under
+/// `fingerprint`, while the node's name folds to something else.
+async fn resolve_against_stored_keys(
+    stored_folded: &str,
+    fingerprint: &str,
+    mentions: &[MentionKey],
+) -> Resolved {
+    let keys = format!(
+        "'{stored_folded}' AS name_folded, name_bands('g', '{stored_folded}') AS name_band_keys, \
+         '{fingerprint}' AS name_keys_fingerprint"
+    );
+    resolve_against_zork(&keys, &BTreeMap::new(), mentions).await
 }
 
 #[tokio::test]
@@ -127,33 +138,19 @@ async fn stored_name_keys_are_read_under_the_current_settings_and_ignored_under_
     assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
 }
 
-/// Resolves `mentions` against one committed company node whose stored
-/// identity keys are `stored` under `fingerprint`, while its attributes
-/// hold no identity value.
+/// [`resolve_against_zork`] with an identity key `stored` under
+/// `fingerprint`, while the node's attributes hold no identity value.
 async fn resolve_against_stored_identity(
     stored: &str,
     fingerprint: &str,
     mentions: &[MentionKey],
 ) -> Resolved {
-    let spec = ResolveSpec::default();
     let identity: BTreeMap<String, Vec<String>> =
         [("Company".to_string(), vec!["domain".to_string()])].into();
-    let ctx = SessionContext::new();
-    for f in graphloom::resolve::entities::udfs(&spec, &identity) {
-        ctx.register_udf(f);
-    }
-    ctx.sql(&format!(
-        "CREATE VIEW nodes AS SELECT CAST(1 AS BIGINT) AS short_id, 'g' AS group_id, \
-         'Zork Industries' AS name, 'zork industries' AS name_normalized, 'Company' AS type, \
-         make_array('Entity', 'Company') AS labels, '{{}}' AS attributes, \
-         make_array('{stored}') AS identity_keys, '{fingerprint}' AS identity_keys_fingerprint"
-    ))
-    .await
-    .expect("view");
-    let (clusters, _) = resolve_entities(&ctx, "nodes", mentions, &[], &spec, &identity)
-        .await
-        .expect("resolution runs");
-    clusters.finish()
+    let keys = format!(
+        "make_array('{stored}') AS identity_keys, '{fingerprint}' AS identity_keys_fingerprint"
+    );
+    resolve_against_zork(&keys, &identity, mentions).await
 }
 
 #[tokio::test]
