@@ -967,6 +967,40 @@ impl Pattern {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_property_that_may_change_is_read_without_its_mark() {
+        let props = vec!["~email".to_string(), "po_number".to_string()];
+        let got = identity_values(&props, r#"{"email": "D@Acme.test", "po_number": "PO-1"}"#);
+        assert_eq!(got, ["~email=d acme test", "po_number=po 1"]);
+    }
+
+    #[test]
+    fn identity_values_skip_other_attributes_and_read_as_a_parsed_object_would() {
+        let props = vec!["email".to_string(), "code".to_string()];
+        let read = |json: &str| identity_values(&props, json);
+        // Other keys (nested, escaped) are skipped; the wanted ones come in
+        // the properties' order whatever the object's.
+        assert_eq!(
+            read(r#"{"code": 42, "note": {"a": [1, "x"]}, "t\u00e9": "y", "email": "A@B.test"}"#),
+            ["email=a b test", "code=42"]
+        );
+        // The last of a repeated key wins; null and empty values give none.
+        assert_eq!(
+            read(r#"{"email": "a@x.test", "email": "b@x.test"}"#),
+            ["email=b x test"]
+        );
+        assert!(read(r#"{"email": null, "code": ""}"#).is_empty());
+        // An escaped key is still the property it spells.
+        assert_eq!(read(r#"{"em\u0061il": "c@x.test"}"#), ["email=c x test"]);
+        // Not an object, or not JSON (trailing text included): none.
+        for bad in [r#"["email"]"#, r#""email""#, "{", r#"{"email": "a"} x"#, ""] {
+            assert!(read(bad).is_empty(), "{bad}");
+        }
+        // A non-string value is its JSON text, folded.
+        assert_eq!(read(r#"{"code": {"b": 1, "a": 2}}"#), ["code=b 1 a 2"]);
+    }
 
     #[test]
     fn the_allocation_free_similarity_scores_as_the_shingle_sets_do() {
@@ -1192,8 +1226,6 @@ mod tests {
             assert_eq!(without_count(name), name, "{name}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn a_name_the_text_writes_only_in_lower_case_is_a_common_noun() {

@@ -38,7 +38,7 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 use datafusion::prelude::SessionContext;
 
 use super::{ResolveSpec, name_similarity, normalize_name};
-pub use crate::text::{MAY_CHANGE, identity_values};
+use crate::text::MAY_CHANGE;
 
 /// Name under which [`resolve_entities`] expects the run's mentions.
 pub const MENTIONS_TABLE: &str = "resolve_mentions";
@@ -290,7 +290,7 @@ pub fn identity_properties(ontology: &crate::ontology::Ontology) -> BTreeMap<Str
         .collect()
 }
 
-/// The identity properties of `t` as [`identity_values`] reads them: a
+/// The identity properties of `t` as [`crate::text::identity_values`] reads them: a
 /// `may_change` property with [`MAY_CHANGE`] in front.
 pub fn identity_names(t: &crate::ontology::EntityTypeSpec) -> Vec<String> {
     t.identity_properties
@@ -1669,13 +1669,14 @@ pub async fn resolve_entities(
         .iter()
         .map(|m| keys.folded(&normalize_name(&m.name)).contains(' '))
         .collect();
+    // The same keys the `identity_keys` UDF gives and nodes store.
+    let identity_keys = crate::text::IdentityKeys::new(identity.clone());
     let ids = mentions
         .iter()
         .map(|m| {
             m.chain
                 .last()
-                .and_then(|t| identity.get(t))
-                .map(|props| identity_values(props, &m.attributes))
+                .map(|t| identity_keys.keys(t, &m.attributes))
                 .unwrap_or_default()
         })
         .collect();
@@ -1833,38 +1834,5 @@ mod tests {
         )
         .expect("entity type");
         assert_eq!(identity_names(&t), ["~email", "employee_id"]);
-    }
-
-    #[test]
-    fn an_identity_property_that_may_change_is_read_without_its_mark() {
-        let props = vec!["~email".to_string(), "po_number".to_string()];
-        let got = identity_values(&props, r#"{"email": "D@Acme.test", "po_number": "PO-1"}"#);
-        assert_eq!(got, ["~email=d acme test", "po_number=po 1"]);
-    }
-
-    #[test]
-    fn identity_values_skip_other_attributes_and_read_as_a_parsed_object_would() {
-        let props = vec!["email".to_string(), "code".to_string()];
-        let read = |json: &str| identity_values(&props, json);
-        // Other keys (nested, escaped) are skipped; the wanted ones come in
-        // the properties' order whatever the object's.
-        assert_eq!(
-            read(r#"{"code": 42, "note": {"a": [1, "x"]}, "t\u00e9": "y", "email": "A@B.test"}"#),
-            ["email=a b test", "code=42"]
-        );
-        // The last of a repeated key wins; null and empty values give none.
-        assert_eq!(
-            read(r#"{"email": "a@x.test", "email": "b@x.test"}"#),
-            ["email=b x test"]
-        );
-        assert!(read(r#"{"email": null, "code": ""}"#).is_empty());
-        // An escaped key is still the property it spells.
-        assert_eq!(read(r#"{"em\u0061il": "c@x.test"}"#), ["email=c x test"]);
-        // Not an object, or not JSON (trailing text included): none.
-        for bad in [r#"["email"]"#, r#""email""#, "{", r#"{"email": "a"} x"#, ""] {
-            assert!(read(bad).is_empty(), "{bad}");
-        }
-        // A non-string value is its JSON text, folded.
-        assert_eq!(read(r#"{"code": {"b": 1, "a": 2}}"#), ["code=b 1 a 2"]);
     }
 }
