@@ -101,7 +101,8 @@ pub struct Quality {
     pub relation_exact: usize,
     /// Found gold facts that ended, all of whose episodes were processed.
     pub ended_found: usize,
-    /// Of those, stored with no live edge (every matching edge ended).
+    /// Of those, stored with no live edge that started before the gold end
+    /// (every matching edge of the relationship ended).
     pub ended_stored_invalid: usize,
     /// Episodes a run tried and did not commit (a failed call).
     pub episodes_lost: usize,
@@ -196,7 +197,7 @@ impl std::fmt::Display for Quality {
         )?;
         writeln!(
             f,
-            "ended facts: {}/{} found ones stored ended (no live edge)",
+            "ended facts: {}/{} found ones stored ended (no live edge from before the end)",
             self.ended_stored_invalid, self.ended_found
         )?;
         let (calls, tokens, seconds) = self.per_episode();
@@ -298,6 +299,13 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
         } else {
             f.chain.clone()
         };
+        // A live edge that starts on or after the gold end is the pair's
+        // next relationship (Tomás rejoins his old team), not this one
+        // left standing.
+        let gold_end = f
+            .invalid_at
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
         let mut found_any = false;
         let mut exact = false;
         let mut live = false;
@@ -310,7 +318,11 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
             if ends && family(&e.relation_type, &chain) {
                 found_any = true;
                 exact |= e.relation_type == f.relation_type;
-                live |= e.invalid_at.is_none();
+                live |= e.invalid_at.is_none()
+                    && match (gold_end, e.valid_at) {
+                        (Some(end), Some(start)) => start < end,
+                        _ => true,
+                    };
             }
         }
         if found_any {
