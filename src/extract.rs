@@ -823,19 +823,24 @@ pub async fn extract_entities(
         .iter()
         .map(|c| c.content.chars().take(spec.context_chars).collect())
         .collect();
-    let shown: Vec<Vec<&str>> = std::iter::once(episode.content.as_str())
+    let shown: Vec<&str> = std::iter::once(episode.content.as_str())
         .chain(context_shown.iter().map(String::as_str))
-        .map(|text| crate::text::words(text).collect())
         .collect();
-    let shown: Vec<&[&str]> = shown.iter().map(Vec::as_slice).collect();
     let mut shown_words: HashSet<String> = shown
         .iter()
-        .flat_map(|text| text.iter())
-        .map(|w| w.to_lowercase())
+        .flat_map(|text| crate::text::words(text))
+        .map(str::to_lowercase)
         .collect();
     if let Some(d) = &episode.source_description {
         shown_words.extend(crate::text::words(d).map(str::to_lowercase));
     }
+    // Where the episode comes from ("engineering mailbox", "#ops chat"),
+    // unless the episode itself writes it as a name.
+    let source_only = episode
+        .source_description
+        .as_deref()
+        .map(normalize_name)
+        .filter(|d| !d.is_empty() && !normalize_name(&episode.content).contains(d.as_str()));
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
         let name = e
@@ -844,10 +849,12 @@ pub async fn extract_entities(
             .trim_matches(|c: char| c == '"' || c == '\'')
             .trim()
             .to_string();
-        // A name with a code keeps the code as the episode writes it, and
-        // a count in front of a name is not part of it.
+        // A name with a code keeps the code as the episode writes it; a
+        // count in front of a name and an affiliation after it ("Oskar
+        // from Pellucid") are not part of it.
         let name = crate::text::as_written(&name, &episode.content);
-        let name = crate::text::without_count(&name).to_string();
+        let name = crate::text::without_count(&name);
+        let name = crate::text::without_affiliation(name).to_string();
         // A type's words in front of a code type the entity, whatever type
         // the model chose ("order form AOF-2024-031" listed as a Product).
         let (name, named_type) = match type_words.type_and_code(&name) {
@@ -881,6 +888,12 @@ pub async fn extract_entities(
         if crate::text::month_as_date(&name, &episode.content) {
             rejected.push(reject(format!(
                 "`{name}` is a month the episode uses as a date, not an entity"
+            )));
+            continue;
+        }
+        if source_only.as_deref() == Some(normalized.as_str()) {
+            rejected.push(reject(format!(
+                "`{name}` is the episode's source, not an entity it writes"
             )));
             continue;
         }
@@ -1699,23 +1712,30 @@ impl<'a> Sentences<'a> {
         })
     }
 
-    /// The day an end word puts on the relationship between `a` and `b`:
-    /// read ([`stated_end`]) from a sentence that names both and no other
-    /// mention. Small models restate "Today is Hamid's last day: his
-    /// contract with Tidewell ends tonight" as "Hamid works for Tidewell",
-    /// leaving the end behind; a sentence that also names a third entity
-    /// ("Priya's contract with Acme ended in February and she joined
-    /// Brightline") may be about another relationship and is not read.
+    /// The day the episode ends the relationship between `a` and `b`, read
+    /// from a sentence about the pair alone: it names both and no other
+    /// mention, or its writer is one of them, speaking in the first person,
+    /// and it names the other and no third. The day is the one an end word
+    /// gives ([`stated_end`]: "ends tonight", "left on Friday", "no longer
+    /// … as of 1 May"), else the episode's own day when the sentence says
+    /// the relationship has ended ("Sofia is no longer on it"). Small
+    /// models restate "Today is Hamid's last day: his contract with
+    /// Tidewell ends tonight" as "Hamid works for Tidewell", leaving the
+    /// end behind; a sentence that also names a third entity ("Priya's
+    /// contract with Acme ended in February and she joined Brightline")
+    /// may be about another relationship and is not read.
     fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
         self.sentences.iter().find_map(|s| {
-            let about_pair = s.named.contains(&a)
-                && s.named.contains(&b)
-                && s.named.iter().all(|&i| i == a || i == b);
-            if about_pair {
-                stated_end(s.text, reference.date_naive())
-            } else {
-                None
+            let only_pair = s.named.iter().all(|&i| i == a || i == b);
+            // Each of the pair is named in it or writes it in the first
+            // person (one writer, so the other is named).
+            let in_it = |x: usize| s.named.contains(&x) || (s.first_person && s.writer == Some(x));
+            if !(only_pair && in_it(a) && in_it(b)) {
+                return None;
             }
+            let today = reference.date_naive();
+            stated_end(s.text, today)
+                .or_else(|| crate::text::states_an_end(s.text).then_some(today))
         })
     }
 }
@@ -1748,6 +1768,7 @@ fn fact_times(
         Some(if date_only { on_day(t.date_naive()) } else { t })
     };
     let (mut valid_at, mut invalid_at) = (written(valid_at), written(invalid_at));
+    let end_written = invalid_at.is_some();
     let ends = crate::text::states_an_end(text);
     if valid_at.is_some() && invalid_at == valid_at && !ends {
         // One moment for both, as the model wrote them, is an event
@@ -1772,7 +1793,14 @@ fn fact_times(
     if let (Some(v), Some(i)) = (valid_at, invalid_at)
         && i < v
     {
-        invalid_at = None;
+        if !end_written && v == reference {
+            // The text's end before a start at the episode's own time: that
+            // start is the prompt's default for a current fact ("Sofia is
+            // no longer on it, since she left on Friday", written Monday).
+            valid_at = None;
+        } else {
+            invalid_at = None;
+        }
     }
     (valid_at, invalid_at)
 }
@@ -2483,6 +2511,30 @@ mod tests {
             ),
             (None, t("2025-03-28"))
         );
+        // An end before the episode's day, found in the text, drops a start
+        // the model left at the episode's time (its default), not the end;
+        // a start it dated otherwise keeps its fact live.
+        let friday = || today.checked_sub_days(chrono::Days::new(3));
+        assert_eq!(
+            fact_times(
+                Some("2025-02-10"),
+                None,
+                "Sofia is on the rotation",
+                friday,
+                reference
+            ),
+            (None, t("2025-02-07"))
+        );
+        assert_eq!(
+            fact_times(
+                Some("2025-02-08"),
+                None,
+                "Sofia is on the rotation",
+                friday,
+                reference
+            ),
+            (t("2025-02-08"), None)
+        );
     }
 
     #[test]
@@ -2572,6 +2624,27 @@ mod tests {
             end("Hamid works for Tidewell. Acme's deal ends tonight.", 0, 1),
             None,
             "the end is in another sentence"
+        );
+        // The writer's own relationship, in the first person; a clause
+        // after a semicolon is another sentence.
+        let own = "Hamid Castellanos: I'm no longer on call for Tidewell as of 1 March; \
+                   I only take Acme shifts now.";
+        assert_eq!(end(own, 0, 1).as_deref(), Some("2025-03-01"));
+        assert_eq!(end(own, 2, 1), None, "not Arjun's relationship");
+        assert_eq!(
+            end(
+                "Arjun Raghunathan: I'm no longer on call for Tidewell.",
+                2,
+                1
+            )
+            .as_deref(),
+            Some("2025-03-31"),
+            "ended, with no day given: by the episode's day"
+        );
+        assert_eq!(
+            end("Arjun Raghunathan: I'm on call for Tidewell.", 2, 1),
+            None,
+            "no end stated"
         );
     }
 }

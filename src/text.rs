@@ -550,17 +550,20 @@ const CURRENCIES: [&str; 12] = [
 ];
 
 /// Whether `name` is a common noun phrase rather than a name, as the
-/// texts a model was shown write it (each given as its [`words`]): every
-/// whole-word occurrence of its words there is in lower case ("hardware",
-/// "the account executive", "a purchase order"), none capitalised, and
-/// the name holds no digit or code punctuation (slugs and codes such as
-/// "harbour-gateway" or "po-4417" are identifiers). The texts are the
-/// episode and the earlier episodes shown as its context: a model also
-/// lifts names out of the context ("Computer Hardware" from the clause
-/// before). A name no text writes is left to the other checks. Names
-/// styled in lower case ("nginx") are caught too unless a text also
+/// texts a model was shown write it: every whole-word occurrence of its
+/// words there is in lower case ("hardware", "the account executive", "a
+/// purchase order"), none capitalised, and the name holds no digit or
+/// code punctuation (slugs and codes such as "harbour-gateway" or
+/// "po-4417" are identifiers). The capital a sentence starts with does not
+/// make a phrase of several words a name ("Load tests showed no gain"):
+/// names capitalise their other words too. A single word keeps it ("Acme
+/// confirmed"), since one-word names so often open a sentence. The texts
+/// are the episode and the earlier episodes shown as its context: a model
+/// also lifts names out of the context ("Computer Hardware" from the
+/// clause before). A name no text writes is left to the other checks.
+/// Names styled in lower case ("nginx") are caught too unless a text also
 /// writes them capitalised: the price of this rule.
-pub fn common_noun(name: &str, texts: &[&[&str]]) -> bool {
+pub fn common_noun(name: &str, texts: &[&str]) -> bool {
     // A digit marks a code; code punctuation marks a slug, unless the name
     // is several words ("twelve-month subscription" is a phrase).
     let slug =
@@ -572,15 +575,20 @@ pub fn common_noun(name: &str, texts: &[&[&str]]) -> bool {
     if wanted.is_empty() {
         return false;
     }
+    let capitalised = |w: &str| w.chars().any(char::is_uppercase);
     let mut found = false;
-    for written in texts {
+    for text in texts {
+        let written = words_opening_sentences(text);
         for window in written.windows(wanted.len()) {
             if window
                 .iter()
                 .zip(&wanted)
-                .all(|(w, want)| w.to_lowercase() == *want)
+                .all(|((w, _), want)| w.to_lowercase() == *want)
             {
-                if window.iter().any(|w| w.chars().any(char::is_uppercase)) {
+                let named = window.iter().enumerate().any(|(i, (w, opens))| {
+                    capitalised(w) && !(i == 0 && *opens && wanted.len() > 1)
+                });
+                if named {
                     return false;
                 }
                 found = true;
@@ -590,17 +598,80 @@ pub fn common_noun(name: &str, texts: &[&[&str]]) -> bool {
     found
 }
 
+/// The [`words`] of `text`, each with whether it opens a sentence: it is
+/// the first word, or the last mark before it (quotes, brackets, dashes
+/// and spaces aside) ends a sentence or a line. A colon does not: what
+/// follows a label ("description": "Onsite deployment …") is written as
+/// its writer styles it.
+fn words_opening_sentences(text: &str) -> Vec<(&str, bool)> {
+    let mut out = Vec::new();
+    let mut opens = true;
+    let mut start: Option<usize> = None;
+    for (i, c) in text.char_indices() {
+        if c.is_alphanumeric() {
+            start.get_or_insert(i);
+            continue;
+        }
+        if let Some(s) = start.take() {
+            out.push((&text[s..i], opens));
+            opens = false;
+        }
+        if matches!(c, '.' | '!' | '?' | '\n') {
+            opens = true;
+        } else if !(c.is_whitespace() || "\"'“”‘’()[]-–—*•".contains(c)) {
+            opens = false;
+        }
+    }
+    if let Some(s) = start {
+        out.push((&text[s..], opens));
+    }
+    out
+}
+
 /// The words of `text`: its runs of letters and digits, as written.
 pub fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
 }
 
+/// Whether `lower` (a name in lower case) is a severity or priority
+/// level as incident and ticket tools write them: "sev-1", "sev 2",
+/// "severity 3", "p1", "priority 0". Such a level is a value of a ticket,
+/// not an entity.
+fn is_severity_level(lower: &str) -> bool {
+    let level = ["severity", "priority", "prio", "sev", "p"]
+        .iter()
+        .find_map(|prefix| lower.strip_prefix(prefix));
+    level.is_some_and(|rest| {
+        let rest = rest.trim_start_matches([' ', '-']);
+        rest.len() == 1 && rest.chars().all(|c| c.is_ascii_digit())
+    })
+}
+
+/// Whether `text` is one e-mail address and nothing else
+/// ("engineering@tidewell.io"; not "Priya <priya@acme.com>").
+fn is_email_address(text: &str) -> bool {
+    let Some((local, domain)) = text.split_once('@') else {
+        return false;
+    };
+    let local_ok = !local.is_empty()
+        && local
+            .chars()
+            .all(|c| c.is_alphanumeric() || "._%+-".contains(c));
+    let labels: Vec<&str> = domain.split('.').collect();
+    local_ok
+        && labels.len() >= 2
+        && labels
+            .iter()
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_alphanumeric() || c == '-'))
+}
+
 /// What a name offered as an entity is instead, when it is a date, an
-/// amount or a price, a span of time, a quantity, a status, a numbered
-/// section heading or a clause: "March 1, 2025", "Q3 2025", "$1,200",
-/// "USD 14.50 per seat", "14 Days", "40 laptops", "open", "2. Scope",
-/// "Purchase order that the Customer issues and the Supplier accepts".
+/// amount or a price, a span of time, a quantity, a status, an e-mail
+/// address, a severity level, a numbered section heading or a clause:
+/// "March 1, 2025", "Q3 2025", "$1,200", "USD 14.50 per seat", "14 Days",
+/// "40 laptops", "open", "ops@acme.com", "SEV-1", "2. Scope", "Purchase
+/// order that the Customer issues and the Supplier accepts".
 /// Names that merely hold such words ("May Chen", "3M", "Open Systems
 /// Ltd", "1 World Trade Center") are entities, and so are descriptive
 /// references ("the order form for the Corvid Workspace seats"), which
@@ -609,6 +680,14 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     let lower = name.trim().to_lowercase();
     if STATUS_WORDS.contains(&lower.as_str()) {
         return Some("a status");
+    }
+    // An address is contact data of an entity (a person's, a team's
+    // mailbox), which the ontology's properties hold, not an entity.
+    if is_email_address(&lower) {
+        return Some("an e-mail address");
+    }
+    if is_severity_level(&lower) {
+        return Some("a severity or priority level");
     }
     let words: Vec<&str> = lower
         .split(|c: char| c.is_whitespace() || c == ',')
@@ -798,6 +877,27 @@ pub fn without_count(name: &str) -> &str {
     });
     if count && words.len() >= 2 && named && plural {
         rest
+    } else {
+        trimmed
+    }
+}
+
+/// A name without the affiliation a writer put after it: "Oskar from
+/// Pellucid" is Oskar, who is with Pellucid. Only capitalised words on both
+/// sides of a lower-case "from" make one, so "Sales from Q3" or "data from
+/// the ledger" stay whole (the other checks judge them); a title built
+/// this way ("Letters From Home") writes "From" capitalised and is kept.
+pub fn without_affiliation(name: &str) -> &str {
+    let trimmed = name.trim();
+    let Some((person, affiliation)) = trimmed.split_once(" from ") else {
+        return trimmed;
+    };
+    let capitalised = |part: &str| {
+        let mut words = part.split_whitespace().peekable();
+        words.peek().is_some() && words.all(|w| w.starts_with(char::is_uppercase))
+    };
+    if capitalised(person) && capitalised(affiliation) {
+        person.trim()
     } else {
         trimmed
     }
@@ -1134,6 +1234,12 @@ mod tests {
             ("Ingrid's legal team", "a description"),
             ("Hamid\u{2019}s last day", "a description"),
             ("Owen or Felix or Owen or Felix", "a choice between names"),
+            ("engineering@tidewell.io", "an e-mail address"),
+            ("Priya.Raman+po@acme-corp.co.uk", "an e-mail address"),
+            ("SEV-1", "a severity or priority level"),
+            ("Sev 2", "a severity or priority level"),
+            ("P1", "a severity or priority level"),
+            ("Priority 0", "a severity or priority level"),
         ] {
             assert_eq!(non_entity_kind(name), Some(kind), "{name}");
         }
@@ -1160,6 +1266,12 @@ mod tests {
             "McDonald's",
             "Moody's Investors Service",
             "Procter and Gamble",
+            "Priya Raman <priya@acme.com>",
+            "Booking.com",
+            "@tidewell",
+            "P10 Industries",
+            "PS5",
+            "Sevco 1",
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
         }
@@ -1228,13 +1340,28 @@ mod tests {
     }
 
     #[test]
+    fn an_affiliation_written_after_a_name_is_not_part_of_it() {
+        assert_eq!(without_affiliation("Oskar from Pellucid"), "Oskar");
+        assert_eq!(
+            without_affiliation("Priya Raman from Acme Corp"),
+            "Priya Raman"
+        );
+        for name in [
+            "Letters From Home",
+            "Sales from Q3 2025",
+            "Oskar from the vendor",
+            "Oskar",
+        ] {
+            assert_eq!(without_affiliation(name), name, "{name}");
+        }
+    }
+
+    #[test]
     fn a_name_the_text_writes_only_in_lower_case_is_a_common_noun() {
-        let text: Vec<&str> = words(
+        let text = &[
             "Acme resells computer hardware and software. The account executive \
              raised a purchase order; see harbour-gateway. Order more? Priya said so.",
-        )
-        .collect();
-        let text = &[text.as_slice()][..];
+        ][..];
         assert!(common_noun("Hardware", text));
         assert!(common_noun("Account executive", text));
         assert!(common_noun("purchase order", text));
@@ -1246,27 +1373,44 @@ mod tests {
         // Identifiers and names the text does not write are left alone.
         assert!(!common_noun("harbour-gateway", text));
         assert!(!common_noun("PO-4417", text));
-        let phrase: Vec<&str> = words("a twelve-month subscription").collect();
         assert!(common_noun(
             "Twelve-Month Subscription",
-            &[phrase.as_slice()]
+            &["a twelve-month subscription"]
         ));
         assert!(!common_noun("Northwind", text));
     }
 
     #[test]
+    fn a_phrase_capitalised_only_where_a_sentence_starts_is_a_common_noun() {
+        let text = &[
+            "We moved to the new cache cluster on 9 September. Load tests showed \
+             no gain.\n- Cache warmers ran twice. Relaywave confirmed; \"Skylark routing\" \
+             is new. Line items: {\"description\": \"Onsite deployment engineer\"}",
+        ][..];
+        assert!(common_noun("load tests", text));
+        assert!(common_noun("Load Tests", text));
+        // A line opens a sentence too (a list item).
+        assert!(common_noun("cache warmers", text));
+        // One word keeps its capital wherever it stands.
+        assert!(!common_noun("Relaywave", text));
+        // Capitalised after a semicolon and an opening quote: mid-sentence.
+        assert!(!common_noun("Skylark routing", text));
+        // A value after a label is styled by its writer.
+        assert!(!common_noun("Onsite deployment engineer", text));
+    }
+
+    #[test]
     fn a_name_lifted_from_the_context_in_lower_case_is_a_common_noun_and_one_capitalised_anywhere_is_not()
      {
-        let episode: Vec<&str> = words("It may return unopened hardware within 14 days.").collect();
-        let context: Vec<&str> =
-            words("The Supplier resells computer hardware and support services.").collect();
-        let titled: Vec<&str> = words("Support Services are billed monthly.").collect();
+        let episode = "It may return unopened hardware within 14 days.";
+        let context = "The Supplier resells computer hardware and support services.";
+        let titled = "Support Services are billed monthly.";
         // Only the context writes it, in lower case.
-        assert!(common_noun("Computer Hardware", &[&episode, &context]));
+        assert!(common_noun("Computer Hardware", &[episode, context]));
         // Without the context it is a name no text writes: left alone.
-        assert!(!common_noun("Computer Hardware", &[&episode]));
+        assert!(!common_noun("Computer Hardware", &[episode]));
         // Capitalised in one text, lower case in another: not provably a noun.
-        assert!(!common_noun("Support Services", &[&context, &titled]));
+        assert!(!common_noun("Support Services", &[context, titled]));
     }
 
     #[test]

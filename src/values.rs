@@ -97,7 +97,7 @@ pub fn coerce_text(kind: PropertyType, text: &str) -> Option<Value> {
 /// with whether that day lies ahead of the sentence ("on contract until
 /// the end of March", "his contract ends tonight") or behind it ("the
 /// contract ended on 3 March").
-const END_DATE_WORDS: [(&str, bool); 10] = [
+const END_DATE_WORDS: [(&str, bool); 11] = [
     ("until", true),
     ("till", true),
     ("through", true),
@@ -108,6 +108,7 @@ const END_DATE_WORDS: [(&str, bool); 10] = [
     ("ended", false),
     ("expired", false),
     ("terminated", false),
+    ("left", false),
 ];
 
 const WEEKDAY_NAMES: [&str; 7] = [
@@ -133,12 +134,32 @@ const WEEKDAY_NAMES: [&str; 7] = [
 /// March" as the fact and leave its end empty; this gives it one.
 pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
     let words: Vec<String> = crate::text::words(fact).map(str::to_lowercase).collect();
-    words.iter().enumerate().find_map(|(i, w)| {
+    let after_end_word = words.iter().enumerate().find_map(|(i, w)| {
         let ahead = END_DATE_WORDS
             .iter()
             .find(|(word, _)| word == w)
             .map(|(_, ahead)| *ahead)?;
         date_at(&words[i + 1..], today, ahead)
+    });
+    after_end_word.or_else(|| no_longer_as_of(&words, today))
+}
+
+/// "No longer on call for Fare Engine as of 1 May": the day after "as of"
+/// (or "from", "since") that follows "no longer", behind the sentence
+/// unless it speaks of the future ("will no longer … as of 1 June").
+fn no_longer_as_of(words: &[String], today: NaiveDate) -> Option<NaiveDate> {
+    let at = words
+        .windows(2)
+        .position(|w| w[0] == "no" && w[1] == "longer")?;
+    let ahead = words[..at].iter().any(|w| w == "will");
+    let rest = &words[at + 2..];
+    rest.iter().enumerate().find_map(|(i, w)| {
+        let from = match w.as_str() {
+            "of" if i > 0 && rest[i - 1] == "as" => i + 1,
+            "from" | "since" | "effective" => i + 1,
+            _ => return None,
+        };
+        date_at(&rest[from..], today, ahead)
     })
 }
 
@@ -335,6 +356,18 @@ mod tests {
             ("The old MSA ended on 3 February", day("2025-02-03")),
             ("The pilot ended in December", day("2024-12-01")),
             ("Cover ends at the end of the quarter", day("2025-03-31")),
+            (
+                "Sofia is off the rotation since she left on Friday",
+                day("2025-02-07"),
+            ),
+            (
+                "I'm no longer on call for Fare Engine as of 1 February",
+                day("2025-02-01"),
+            ),
+            (
+                "Lena will no longer cover Fare Engine as of 1 February",
+                day("2026-02-01"),
+            ),
         ] {
             assert_eq!(end(fact), want, "{fact}");
         }
@@ -344,6 +377,8 @@ mod tests {
             "The project ends soon",
             "Sam joined on 3 March",
             "Through Acme, Northwind buys laptops",
+            "Hamid left Tidewell",
+            "Kenji is no longer on call",
         ] {
             assert_eq!(end(fact), None, "{fact}");
         }
