@@ -43,7 +43,11 @@ pub struct FactResolution {
 /// text, committed or earlier in this run, and folds into it; a fact with
 /// an `invalid_at` (the relationship ended) folds into the alike edge, or
 /// when there is none into such an edge whatever its text, and so ends it
-/// and every other live wording of that relationship. Nothing else is invalidated without
+/// and every other live wording of that relationship, and the edges of
+/// its subtypes between the same nodes (`is_a(type, ancestor)`) valid at
+/// its time, whichever came first: "Sofia is no longer responsible for
+/// Ledger Service" ends her `ON_CALL_FOR` it, while an ended `ON_CALL_FOR`
+/// leaves the broader `RESPONSIBLE_FOR` alone. Nothing else is invalidated without
 /// an LLM judgement there (see [`contradiction_candidates`]). Nothing is
 /// deleted.
 ///
@@ -58,6 +62,7 @@ pub fn resolve_facts(
     committed: &mut [EdgeRow],
     functional: &[String],
     family: &dyn Fn(&str) -> String,
+    is_a: &dyn Fn(&str, &str) -> bool,
     duplicate_similarity: f64,
     now: chrono::DateTime<chrono::Utc>,
 ) -> FactResolution {
@@ -111,11 +116,19 @@ pub fn resolve_facts(
     // fact text.
     type Slots = Vec<(EdgeRef, Vec<u64>)>;
     let mut seen: HashMap<(String, String, String), Slots> = HashMap::new();
+    // (source, target) → the edges in `seen`, whatever their type: an end
+    // of a broader relationship reaches its narrower kinds.
+    let mut pairs: HashMap<(String, String), Vec<EdgeRef>> = HashMap::new();
+    let pair = |e: &EdgeRow| (e.source_node_id.clone(), e.target_node_id.clone());
     for (i, e) in sweep.committed.iter().enumerate() {
         if e.expired_at.is_none() {
             seen.entry(key(e))
                 .or_default()
                 .push((EdgeRef::Committed(i), sweep.committed_text[i].clone()));
+            pairs
+                .entry(pair(e))
+                .or_default()
+                .push(EdgeRef::Committed(i));
         }
     }
     for i in 0..sweep.new_edges.len() {
@@ -129,6 +142,7 @@ pub fn resolve_facts(
                 seen.entry(key(e))
                     .or_default()
                     .push((EdgeRef::New(i), text));
+                pairs.entry(pair(e)).or_default().push(EdgeRef::New(i));
             }
             continue;
         }
@@ -157,16 +171,44 @@ pub fn resolve_facts(
                 .collect(),
             _ => Vec::new(),
         };
+        // The end of a broader relationship ends its narrower kinds valid
+        // at its time, earlier edges or this one, in whichever order they
+        // come.
+        let same_pair = pairs.get(&pair(e)).map_or(&[][..], Vec::as_slice);
+        let narrower_of = |broad: &EdgeRow, narrow: &EdgeRow| {
+            broad.invalid_at.is_some()
+                && narrow.relation_type != broad.relation_type
+                && is_a(&narrow.relation_type, &broad.relation_type)
+                && overlap(narrow, broad)
+        };
+        let narrower: Vec<EdgeRef> = same_pair
+            .iter()
+            .copied()
+            .filter(|r| narrower_of(e, sweep.get(*r)))
+            .collect();
+        let ended_by: Moment = same_pair
+            .iter()
+            .filter(|r| narrower_of(sweep.get(**r), e))
+            .filter_map(|r| sweep.get(*r).invalid_at)
+            .min();
         let end = e.invalid_at;
-        for r in others {
+        for r in others.into_iter().chain(narrower) {
             sweep.end_at(r, end);
+        }
+        if ended_by.is_some() {
+            sweep.end_at(EdgeRef::New(i), ended_by);
         }
         match found {
             Some(into) => sweep.fold(i, into),
-            None => seen
-                .entry(key(&sweep.new_edges[i]))
-                .or_default()
-                .push((EdgeRef::New(i), text)),
+            None => {
+                seen.entry(key(&sweep.new_edges[i]))
+                    .or_default()
+                    .push((EdgeRef::New(i), text));
+                pairs
+                    .entry(pair(&sweep.new_edges[i]))
+                    .or_default()
+                    .push(EdgeRef::New(i));
+            }
         }
     }
 
@@ -554,13 +596,25 @@ mod fact_tests {
         "EMPLOYED_BY".into()
     }
 
+    fn no_subtypes(_: &str, _: &str) -> bool {
+        false
+    }
+
     /// Fact resolution with EMPLOYED_BY functional.
     fn employment(
         new: &mut Vec<EdgeRow>,
         committed: &mut [EdgeRow],
         now: chrono::DateTime<Utc>,
     ) -> FactResolution {
-        resolve_facts(new, committed, &["EMPLOYED_BY".into()], &family, 0.9, now)
+        resolve_facts(
+            new,
+            committed,
+            &["EMPLOYED_BY".into()],
+            &family,
+            &no_subtypes,
+            0.9,
+            now,
+        )
     }
 
     #[test]
@@ -583,7 +637,15 @@ mod fact_tests {
     fn non_functional_types_are_left_alone_and_same_targets_fold_whatever_the_wording() {
         let mut committed = vec![edge("c", "acme", Some(2021))];
         let mut new = vec![edge("n", "brightline", Some(2025))];
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            Utc::now(),
+        );
         assert_eq!(r.invalidated, 0);
         let mut committed = vec![edge("c", "acme", Some(2021))];
         let mut new = vec![edge("n", "acme", Some(2023))];
@@ -598,7 +660,15 @@ mod fact_tests {
     fn a_duplicate_of_a_committed_fact_merges_into_it() {
         let mut committed = vec![edge("c", "acme", Some(2022))];
         let mut new = vec![edge("n", "acme", Some(2021))];
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            Utc::now(),
+        );
         assert_eq!(r.duplicates, 1);
         assert!(new.is_empty());
         assert_eq!(
@@ -619,11 +689,27 @@ mod fact_tests {
         committed[0].fact = "Priya Raman works for Acme as a buyer.".into();
         let mut new = vec![edge("n", "acme", Some(2022))];
         new[0].fact = "Priya Raman works for Acme as a buyer".into();
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            Utc::now(),
+        );
         assert_eq!(r.duplicates, 1);
         let mut new = vec![edge("n", "acme", Some(2022))];
         new[0].fact = "Priya Raman left Acme.".into();
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            Utc::now(),
+        );
         assert_eq!(r.duplicates, 0, "a different statement is not a duplicate");
     }
 
@@ -868,7 +954,15 @@ mod fact_tests {
             let mut new = vec![edge("n", "acme", Some(2022))];
             new[0].invalid_at = year(2024);
             let now = Utc::now();
-            let r = resolve_facts(&mut new, &mut committed, &types, &family, 0.9, now);
+            let r = resolve_facts(
+                &mut new,
+                &mut committed,
+                &types,
+                &family,
+                &no_subtypes,
+                0.9,
+                now,
+            );
             assert_eq!(
                 (r.duplicates, r.invalidated),
                 (1, 1),
@@ -889,7 +983,15 @@ mod fact_tests {
         new[0].fact = "Dana is no longer employed by Acme".into();
         new[0].invalid_at = year(2024);
         let now = Utc::now();
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, now);
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            now,
+        );
         assert_eq!((r.duplicates, r.invalidated), (1, 1));
         assert!(new.is_empty(), "the end folds into the edge it ends");
         assert_eq!(committed[0].invalid_at, year(2024));
@@ -899,9 +1001,79 @@ mod fact_tests {
         committed[0].fact = "Dana works for Acme".into();
         let mut new = vec![edge("n", "acme", None)];
         new[0].fact = "Dana leads the Acme account team".into();
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, now);
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            now,
+        );
         assert_eq!((r.duplicates, r.invalidated), (0, 0));
         assert_eq!(committed[0].invalid_at, None);
+    }
+
+    #[test]
+    fn an_ended_broader_relationship_ends_its_narrower_kinds_and_not_the_reverse() {
+        let year = |y| Some(Utc.with_ymd_and_hms(y, 1, 1, 0, 0, 0).unwrap());
+        let is_a = |r: &str, ancestor: &str| {
+            r == ancestor || (ancestor == "RESPONSIBLE_FOR" && ["ON_CALL_FOR", "OWNS"].contains(&r))
+        };
+        let typed = |id: &str, relation: &str, fact: &str| {
+            let mut e = edge(id, "ledger", Some(2020));
+            e.relation_type = relation.into();
+            e.fact = fact.into();
+            e
+        };
+        let ended = || {
+            let mut e = typed("n", "RESPONSIBLE_FOR", "Sofia is no longer on Ledger");
+            e.valid_at = None;
+            e.invalid_at = year(2024);
+            e
+        };
+        let mut committed = vec![
+            typed("call", "ON_CALL_FOR", "Sofia is on call for Ledger"),
+            typed("elsewhere", "ON_CALL_FOR", "Sofia is on call for Fares"),
+            typed("assigned", "ASSIGNED_TO", "Sofia works on Ledger"),
+        ];
+        committed[1].target_node_id = "fares".into();
+        let mut new = vec![ended()];
+        let now = Utc::now();
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, &is_a, 0.9, now);
+        assert_eq!(r.invalidated, 1, "{committed:?}");
+        assert_eq!(committed[0].invalid_at, year(2024));
+        assert_eq!(committed[0].expired_at, Some(now));
+        // Another target and a type outside the broader one stay live; the
+        // end itself is a fact of its own.
+        assert_eq!(
+            (committed[1].invalid_at, committed[2].invalid_at),
+            (None, None)
+        );
+        assert_eq!(new.len(), 1);
+
+        // The same when the end came first: a narrower fact valid before it
+        // ends there, one that starts after it stays live.
+        let mut committed = vec![ended()];
+        let mut new = vec![
+            typed("early", "ON_CALL_FOR", "Sofia is on call for Ledger"),
+            typed("later", "ON_CALL_FOR", "Sofia is on call for Ledger again"),
+        ];
+        new[1].valid_at = year(2025);
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, &is_a, 0.9, now);
+        assert_eq!(r.invalidated, 1);
+        assert_eq!((new[0].invalid_at, new[1].invalid_at), (year(2024), None));
+
+        // An ended narrower kind leaves the broader relationship alone.
+        let mut committed = vec![typed("r", "RESPONSIBLE_FOR", "Sofia answers for Ledger")];
+        let mut new = vec![typed(
+            "n",
+            "ON_CALL_FOR",
+            "Sofia is no longer on call for Ledger",
+        )];
+        new[0].invalid_at = year(2024);
+        let r = resolve_facts(&mut new, &mut committed, &[], &family, &is_a, 0.9, now);
+        assert_eq!((r.invalidated, committed[0].invalid_at), (0, None));
     }
 
     #[test]
@@ -912,7 +1084,15 @@ mod fact_tests {
         let mut committed = vec![edge("c", "acme", Some(2020))];
         committed[0].invalid_at = year(2021);
         let mut new = vec![edge("n", "acme", Some(2023))];
-        let r = resolve_facts(&mut new, &mut committed, &[], &family, 0.9, Utc::now());
+        let r = resolve_facts(
+            &mut new,
+            &mut committed,
+            &[],
+            &family,
+            &no_subtypes,
+            0.9,
+            Utc::now(),
+        );
         assert_eq!(r.duplicates, 0);
         assert_eq!(new.len(), 1);
         assert_eq!(committed[0].invalid_at, year(2021));

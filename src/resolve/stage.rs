@@ -493,12 +493,14 @@ async fn resolve_edges(
             .and_then(|c| c.first().cloned())
             .unwrap_or_else(|| r.to_string())
     };
+    let is_a = |r: &str, ancestor: &str| cx.ontology.edge_tree.is_a(r, ancestor);
     let functional = &rs.functional_edge_types;
     let mut facts = crate::resolve::resolve_facts(
         edges,
         &mut committed_edges,
         functional,
         &family,
+        &is_a,
         rs.duplicate_fact_similarity,
         cx.now,
     );
