@@ -912,6 +912,12 @@ pub async fn extract_entities(
             )));
             continue;
         }
+        if spec.reject_descriptions && crate::text::only_a_label(&name, &episode.content) {
+            rejected.push(reject(format!(
+                "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
+            )));
+            continue;
+        }
         if type_words.spelled_by(&name) || normalized == normalize_name(ENTITY_LABEL) {
             rejected.push(reject(format!("entity named after a type: `{name}`")));
             continue;

@@ -556,13 +556,16 @@ const CURRENCIES: [&str; 12] = [
 /// code punctuation (slugs and codes such as "harbour-gateway" or
 /// "po-4417" are identifiers). The capital a sentence starts with does not
 /// make a phrase of several words a name ("Load tests showed no gain"):
-/// names capitalise their other words too. A single word keeps it ("Acme
-/// confirmed"), since one-word names so often open a sentence. The texts
-/// are the episode and the earlier episodes shown as its context: a model
-/// also lifts names out of the context ("Computer Hardware" from the
-/// clause before). A name no text writes is left to the other checks.
-/// Names styled in lower case ("nginx") are caught too unless a text also
-/// writes them capitalised: the price of this rule.
+/// names capitalise their other words too. A single word capitalised only
+/// where sentences start is a common noun when a text also writes it in
+/// lower case as a word of its own ("Legal sent the contract" next to
+/// "the contract legal forwarded"), and a name otherwise ("Acme
+/// confirmed", even beside `dana@acme.com`). The texts are the episode and
+/// the earlier episodes shown as its context: a model also lifts names
+/// out of the context ("Computer Hardware" from the clause before). A
+/// name no text writes is left to the other checks. Names styled in lower
+/// case ("nginx") are caught too unless a text also writes them
+/// capitalised: the price of this rule.
 pub fn common_noun(name: &str, texts: &[&str]) -> bool {
     // A digit marks a code; code punctuation marks a slug, unless the name
     // is several words ("twelve-month subscription" is a phrase).
@@ -576,36 +579,108 @@ pub fn common_noun(name: &str, texts: &[&str]) -> bool {
         return false;
     }
     let capitalised = |w: &str| w.chars().any(char::is_uppercase);
-    let mut found = false;
+    // Seen in lower case: anywhere, and as words of their own.
+    let (mut lower, mut lower_words) = (false, false);
+    let mut opens_capitalised = false;
     for text in texts {
         let written = words_opening_sentences(text);
         for window in written.windows(wanted.len()) {
-            if window
+            if !window
                 .iter()
                 .zip(&wanted)
-                .all(|((w, _), want)| w.to_lowercase() == *want)
+                .all(|(w, want)| w.text.to_lowercase() == *want)
             {
-                let named = window.iter().enumerate().any(|(i, (w, opens))| {
-                    capitalised(w) && !(i == 0 && *opens && wanted.len() > 1)
-                });
-                if named {
-                    return false;
-                }
-                found = true;
+                continue;
+            }
+            let named = window
+                .iter()
+                .enumerate()
+                .any(|(i, w)| capitalised(w.text) && !(i == 0 && w.opens));
+            if named {
+                return false;
+            }
+            if capitalised(window[0].text) {
+                opens_capitalised = true;
+            } else {
+                lower = true;
+                lower_words |= window.iter().all(|w| w.plain);
             }
         }
     }
-    found
+    if wanted.len() == 1 && opens_capitalised {
+        lower_words
+    } else {
+        lower || opens_capitalised
+    }
+}
+
+/// Whether `text` writes `name`, one word, only as a field label: every
+/// occurrence opens a sentence, is followed by a colon and has other text
+/// before it on its line ("… ORDER FORM QF-0087. Customer: Northwind.
+/// Subscription: Quillfeather Planner"). A name that opens its line
+/// ("Nadia: …", "- Fares: Tomás") may be a speaker or a list item, one
+/// inside a sentence ("Rotation update for Ledger Service: …") is the
+/// sentence's subject, and a name of several words or with a digit ("SEV-
+/// 11: …", a ticket code before its title) is a name: none of them count.
+pub fn only_a_label(name: &str, text: &str) -> bool {
+    let wanted: Vec<String> = words(name).map(str::to_lowercase).collect();
+    if wanted.len() != 1 || name.chars().any(|c| c.is_ascii_digit()) {
+        return false;
+    }
+    let written = words_opening_sentences(text);
+    let mut labels = 0;
+    for window in written.windows(wanted.len()) {
+        if !window
+            .iter()
+            .zip(&wanted)
+            .all(|(w, want)| w.text.to_lowercase() == *want)
+        {
+            continue;
+        }
+        let (first, last) = (&window[0], &window[window.len() - 1]);
+        let end = last.at + last.text.len();
+        let line = text[..first.at].rsplit('\n').next().unwrap_or_default();
+        let opens_line = line
+            .trim_matches(|c: char| c.is_whitespace() || "-*•>#".contains(c))
+            .is_empty();
+        if !text[end..].starts_with(':') || opens_line || !first.opens {
+            return false;
+        }
+        labels += 1;
+    }
+    labels > 0
+}
+
+/// A word of a text as [`common_noun`] reads it.
+struct Word<'a> {
+    text: &'a str,
+    /// Where it starts in the text (a byte offset).
+    at: usize,
+    /// It opens a sentence.
+    opens: bool,
+    /// It stands as a word of its own, not inside an address, a domain or
+    /// a slug (`acme` in `dana@acme.com`).
+    plain: bool,
 }
 
 /// The [`words`] of `text`, each with whether it opens a sentence: it is
 /// the first word, or the last mark before it (quotes, brackets, dashes
-/// and spaces aside) ends a sentence or a line. A colon does not: what
+/// and spaces aside) ends a sentence or a line, or it follows a speaker
+/// ("Dana Whitcombe: Legal sent …": one to four capitalised words opening
+/// the line, then the line's first colon). Another colon does not: what
 /// follows a label ("description": "Onsite deployment …") is written as
 /// its writer styles it.
-fn words_opening_sentences(text: &str) -> Vec<(&str, bool)> {
+fn words_opening_sentences(text: &str) -> Vec<Word<'_>> {
+    let code_mark = |c: char| "@._/-".contains(c);
+    let speaker = |head: &str| {
+        let words: Vec<&str> = head.split_whitespace().collect();
+        (1..=4).contains(&words.len())
+            && !head.contains(':')
+            && words.iter().all(|w| w.starts_with(char::is_uppercase))
+    };
     let mut out = Vec::new();
     let mut opens = true;
+    let mut line_start = 0;
     let mut start: Option<usize> = None;
     for (i, c) in text.char_indices() {
         if c.is_alphanumeric() {
@@ -613,17 +688,37 @@ fn words_opening_sentences(text: &str) -> Vec<(&str, bool)> {
             continue;
         }
         if let Some(s) = start.take() {
-            out.push((&text[s..i], opens));
+            // A mark joins two words only with no space around it
+            // ("acme.com"; not "acme. Then").
+            let after = text[i + c.len_utf8()..].chars().next();
+            let joined = code_mark(c) && after.is_some_and(char::is_alphanumeric);
+            let before = text[..s].chars().next_back().is_some_and(code_mark);
+            out.push(Word {
+                text: &text[s..i],
+                at: s,
+                opens,
+                plain: !before && !joined,
+            });
             opens = false;
+        }
+        if c == '\n' {
+            line_start = i + 1;
         }
         if matches!(c, '.' | '!' | '?' | '\n') {
             opens = true;
+        } else if c == ':' {
+            opens = speaker(&text[line_start..i]);
         } else if !(c.is_whitespace() || "\"'“”‘’()[]-–—*•".contains(c)) {
             opens = false;
         }
     }
     if let Some(s) = start {
-        out.push((&text[s..], opens));
+        out.push(Word {
+            text: &text[s..],
+            at: s,
+            opens,
+            plain: !text[..s].chars().next_back().is_some_and(code_mark),
+        });
     }
     out
 }
@@ -1365,9 +1460,11 @@ mod tests {
         assert!(common_noun("Hardware", text));
         assert!(common_noun("Account executive", text));
         assert!(common_noun("purchase order", text));
-        // Written capitalised somewhere: a name (or at least not provably
-        // a common noun).
-        assert!(!common_noun("Order", text));
+        // Capitalised only where a sentence starts, and written in lower
+        // case as a word elsewhere.
+        assert!(common_noun("Order", text));
+        // Written capitalised mid-sentence: a name (or at least not
+        // provably a common noun).
         assert!(!common_noun("Priya", text));
         assert!(!common_noun("Acme", text));
         // Identifiers and names the text does not write are left alone.
@@ -1397,6 +1494,39 @@ mod tests {
         assert!(!common_noun("Skylark routing", text));
         // A value after a label is styled by its writer.
         assert!(!common_noun("Onsite deployment engineer", text));
+    }
+
+    #[test]
+    fn a_name_written_only_before_a_colon_mid_line_is_a_field_label() {
+        let form = "ORDER FORM QF-0087. Customer: Northwind Outfitters. Subscription: \
+                    Quillfeather Planner, Team edition.\nOwner: Maya\n- Harbour Gateway: Tomás";
+        assert!(only_a_label("Subscription", form));
+        assert!(only_a_label("customer", form));
+        // Opening a line: a speaker, a heading or a list item.
+        assert!(!only_a_label("Owner", form));
+        assert!(!only_a_label("Harbour Gateway", form));
+        assert!(!only_a_label(
+            "Ledger",
+            "Maya: Rotation update for Ledger: Sofia is off it."
+        ));
+        // Written without a colon, or not written at all.
+        assert!(!only_a_label("Quillfeather Planner", form));
+        assert!(!only_a_label("Relaywave", form));
+        let chat = "Nadia Fairweather: INC-2077: SMS confirmations are late. Status: open.";
+        assert!(!only_a_label("INC-2077", chat), "a code before its title");
+        assert!(only_a_label("Status", chat));
+    }
+
+    #[test]
+    fn one_word_capitalised_only_where_sentences_start_is_a_common_noun_when_also_written_in_lower_case()
+     {
+        let episode = "Dana Whitcombe: Legal sent over the new contract. Acme confirmed.";
+        let context = "Ingrid says their legal team will tell us. Mail dana@acme.com or acme-ops.";
+        assert!(common_noun("Legal", &[episode, context]));
+        // Lower case only inside an address or a slug is no evidence.
+        assert!(!common_noun("Acme", &[episode, context]));
+        // With no lower-case word at all, a sentence's first word stays a name.
+        assert!(!common_noun("Legal", &[episode]));
     }
 
     #[test]
