@@ -1723,8 +1723,9 @@ impl<'a> Sentences<'a> {
     /// mention, or its writer is one of them, speaking in the first person,
     /// and it names the other and no third. The day is the one an end word
     /// gives ([`stated_end`]: "ends tonight", "left on Friday", "no longer
-    /// … as of 1 May"), else the episode's own day when the sentence says
-    /// the relationship has ended ("Sofia is no longer on it"). Small
+    /// … as of 1 May"); an end word without a day is not read, since a
+    /// sentence about the pair may say something else has ended ("Beatrix
+    /// at Relaywave confirmed that nothing was left in their queue"). Small
     /// models restate "Today is Hamid's last day: his contract with
     /// Tidewell ends tonight" as "Hamid works for Tidewell", leaving the
     /// end behind; a sentence that also names a third entity ("Priya's
@@ -1739,9 +1740,7 @@ impl<'a> Sentences<'a> {
             if !(only_pair && in_it(a) && in_it(b)) {
                 return None;
             }
-            let today = reference.date_naive();
-            stated_end(s.text, today)
-                .or_else(|| crate::text::states_an_end(s.text).then_some(today))
+            stated_end(s.text, reference.date_naive())
         })
     }
 }
@@ -2642,10 +2641,18 @@ mod tests {
                 "Arjun Raghunathan: I'm no longer on call for Tidewell.",
                 2,
                 1
-            )
-            .as_deref(),
-            Some("2025-03-31"),
-            "ended, with no day given: by the episode's day"
+            ),
+            None,
+            "an end with no day given is not read from the episode"
+        );
+        assert_eq!(
+            end(
+                "Hamid at Tidewell confirmed that nothing was left in the queue.",
+                0,
+                1
+            ),
+            None,
+            "something else was left"
         );
         assert_eq!(
             end("Arjun Raghunathan: I'm on call for Tidewell.", 2, 1),
