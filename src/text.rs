@@ -1488,7 +1488,8 @@ mod tests {
         assert!(common_noun("Load Tests", text));
         // A line opens a sentence too (a list item).
         assert!(common_noun("cache warmers", text));
-        // One word keeps its capital wherever it stands.
+        // One word that no text writes in lower case keeps its capital
+        // wherever it stands.
         assert!(!common_noun("Relaywave", text));
         // Capitalised after a semicolon and an opening quote: mid-sentence.
         assert!(!common_noun("Skylark routing", text));

@@ -600,6 +600,15 @@ mod fact_tests {
         false
     }
 
+    /// Fact resolution with no functional type and no type hierarchy.
+    fn plain(
+        new: &mut Vec<EdgeRow>,
+        committed: &mut [EdgeRow],
+        now: chrono::DateTime<Utc>,
+    ) -> FactResolution {
+        resolve_facts(new, committed, &[], &family, &no_subtypes, 0.9, now)
+    }
+
     /// Fact resolution with EMPLOYED_BY functional.
     fn employment(
         new: &mut Vec<EdgeRow>,
@@ -637,15 +646,7 @@ mod fact_tests {
     fn non_functional_types_are_left_alone_and_same_targets_fold_whatever_the_wording() {
         let mut committed = vec![edge("c", "acme", Some(2021))];
         let mut new = vec![edge("n", "brightline", Some(2025))];
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            Utc::now(),
-        );
+        let r = plain(&mut new, &mut committed, Utc::now());
         assert_eq!(r.invalidated, 0);
         let mut committed = vec![edge("c", "acme", Some(2021))];
         let mut new = vec![edge("n", "acme", Some(2023))];
@@ -660,15 +661,7 @@ mod fact_tests {
     fn a_duplicate_of_a_committed_fact_merges_into_it() {
         let mut committed = vec![edge("c", "acme", Some(2022))];
         let mut new = vec![edge("n", "acme", Some(2021))];
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            Utc::now(),
-        );
+        let r = plain(&mut new, &mut committed, Utc::now());
         assert_eq!(r.duplicates, 1);
         assert!(new.is_empty());
         assert_eq!(
@@ -689,27 +682,11 @@ mod fact_tests {
         committed[0].fact = "Priya Raman works for Acme as a buyer.".into();
         let mut new = vec![edge("n", "acme", Some(2022))];
         new[0].fact = "Priya Raman works for Acme as a buyer".into();
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            Utc::now(),
-        );
+        let r = plain(&mut new, &mut committed, Utc::now());
         assert_eq!(r.duplicates, 1);
         let mut new = vec![edge("n", "acme", Some(2022))];
         new[0].fact = "Priya Raman left Acme.".into();
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            Utc::now(),
-        );
+        let r = plain(&mut new, &mut committed, Utc::now());
         assert_eq!(r.duplicates, 0, "a different statement is not a duplicate");
     }
 
@@ -983,15 +960,7 @@ mod fact_tests {
         new[0].fact = "Dana is no longer employed by Acme".into();
         new[0].invalid_at = year(2024);
         let now = Utc::now();
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            now,
-        );
+        let r = plain(&mut new, &mut committed, now);
         assert_eq!((r.duplicates, r.invalidated), (1, 1));
         assert!(new.is_empty(), "the end folds into the edge it ends");
         assert_eq!(committed[0].invalid_at, year(2024));
@@ -1001,15 +970,7 @@ mod fact_tests {
         committed[0].fact = "Dana works for Acme".into();
         let mut new = vec![edge("n", "acme", None)];
         new[0].fact = "Dana leads the Acme account team".into();
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            now,
-        );
+        let r = plain(&mut new, &mut committed, now);
         assert_eq!((r.duplicates, r.invalidated), (0, 0));
         assert_eq!(committed[0].invalid_at, None);
     }
@@ -1084,15 +1045,7 @@ mod fact_tests {
         let mut committed = vec![edge("c", "acme", Some(2020))];
         committed[0].invalid_at = year(2021);
         let mut new = vec![edge("n", "acme", Some(2023))];
-        let r = resolve_facts(
-            &mut new,
-            &mut committed,
-            &[],
-            &family,
-            &no_subtypes,
-            0.9,
-            Utc::now(),
-        );
+        let r = plain(&mut new, &mut committed, Utc::now());
         assert_eq!(r.duplicates, 0);
         assert_eq!(new.len(), 1);
         assert_eq!(committed[0].invalid_at, year(2021));
