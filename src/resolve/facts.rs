@@ -105,30 +105,18 @@ pub fn resolve_facts(
     // Everything else: duplicates of unexpired edges, committed first,
     // then earlier edges of this run (timeline edges included, as
     // targets only: they were placed above).
-    let key = |e: &EdgeRow| {
-        (
-            e.source_node_id.clone(),
-            e.target_node_id.clone(),
-            e.relation_type.clone(),
-        )
-    };
-    // (source, target, relation type) → edges with the shingles of their
-    // fact text.
+    // (source, target) → the edges between them, of any type, with the
+    // shingles of their fact text: a fact folds into and ends edges of its
+    // own type, and the end of a broader relationship reaches its
+    // narrower kinds.
     type Slots = Vec<(EdgeRef, Vec<u64>)>;
-    let mut seen: HashMap<(String, String, String), Slots> = HashMap::new();
-    // (source, target) → the edges in `seen`, whatever their type: an end
-    // of a broader relationship reaches its narrower kinds.
-    let mut pairs: HashMap<(String, String), Vec<EdgeRef>> = HashMap::new();
-    let pair = |e: &EdgeRow| (e.source_node_id.clone(), e.target_node_id.clone());
+    let mut seen: HashMap<(String, String), Slots> = HashMap::new();
+    let key = |e: &EdgeRow| (e.source_node_id.clone(), e.target_node_id.clone());
     for (i, e) in sweep.committed.iter().enumerate() {
         if e.expired_at.is_none() {
             seen.entry(key(e))
                 .or_default()
                 .push((EdgeRef::Committed(i), sweep.committed_text[i].clone()));
-            pairs
-                .entry(pair(e))
-                .or_default()
-                .push(EdgeRef::Committed(i));
         }
     }
     for i in 0..sweep.new_edges.len() {
@@ -142,10 +130,12 @@ pub fn resolve_facts(
                 seen.entry(key(e))
                     .or_default()
                     .push((EdgeRef::New(i), text));
-                pairs.entry(pair(e)).or_default().push(EdgeRef::New(i));
             }
             continue;
         }
+        let slots = seen.get(&key(e)).map_or(&[][..], Vec::as_slice);
+        let same_type = |r: &EdgeRef| sweep.get(*r).relation_type == e.relation_type;
+        let live = |r: &EdgeRef| overlap(sweep.get(*r), e);
         // A fact that says the relationship ended ("has left", "no longer")
         // ends the live edge of the same endpoints and type whatever its
         // wording: it is about that edge.
@@ -153,43 +143,40 @@ pub fn resolve_facts(
         // that ends "X is the seller on PO-1" ends that edge, not another
         // fact between the same two nodes.
         let ends = e.invalid_at.is_some();
-        let found = seen.get(&key(e)).and_then(|slots| {
-            let live = |r: &EdgeRef| overlap(sweep.get(*r), e);
-            slots
-                .iter()
-                .find(|(r, t)| alike(t, &text, duplicate_similarity) && live(r))
-                .or_else(|| slots.iter().find(|(r, _)| ends && live(r)))
-                .map(|(r, _)| *r)
-        });
+        let mut own = slots.iter().filter(|(r, _)| same_type(r));
+        let found = own
+            .clone()
+            .find(|(r, t)| alike(t, &text, duplicate_similarity) && live(r))
+            .or_else(|| own.find(|(r, _)| ends && live(r)))
+            .map(|(r, _)| *r);
         // Other live wordings of the same relationship between the same
         // nodes ("ships PO-1", "is the seller on PO-1") end with it.
         let others: Vec<EdgeRef> = match (ends, found) {
-            (true, Some(into)) => seen[&key(e)]
+            (true, Some(into)) => slots
                 .iter()
                 .map(|(r, _)| *r)
-                .filter(|r| *r != into && overlap(sweep.get(*r), e))
+                .filter(|r| same_type(r) && *r != into && live(r))
                 .collect(),
             _ => Vec::new(),
         };
         // The end of a broader relationship ends its narrower kinds valid
         // at its time, earlier edges or this one, in whichever order they
         // come.
-        let same_pair = pairs.get(&pair(e)).map_or(&[][..], Vec::as_slice);
         let narrower_of = |broad: &EdgeRow, narrow: &EdgeRow| {
             broad.invalid_at.is_some()
                 && narrow.relation_type != broad.relation_type
                 && is_a(&narrow.relation_type, &broad.relation_type)
                 && overlap(narrow, broad)
         };
-        let narrower: Vec<EdgeRef> = same_pair
+        let narrower: Vec<EdgeRef> = slots
             .iter()
-            .copied()
+            .map(|(r, _)| *r)
             .filter(|r| narrower_of(e, sweep.get(*r)))
             .collect();
-        let ended_by: Moment = same_pair
+        let ended_by: Moment = slots
             .iter()
-            .filter(|r| narrower_of(sweep.get(**r), e))
-            .filter_map(|r| sweep.get(*r).invalid_at)
+            .filter(|(r, _)| narrower_of(sweep.get(*r), e))
+            .filter_map(|(r, _)| sweep.get(*r).invalid_at)
             .min();
         let end = e.invalid_at;
         for r in others.into_iter().chain(narrower) {
@@ -200,15 +187,10 @@ pub fn resolve_facts(
         }
         match found {
             Some(into) => sweep.fold(i, into),
-            None => {
-                seen.entry(key(&sweep.new_edges[i]))
-                    .or_default()
-                    .push((EdgeRef::New(i), text));
-                pairs
-                    .entry(pair(&sweep.new_edges[i]))
-                    .or_default()
-                    .push(EdgeRef::New(i));
-            }
+            None => seen
+                .entry(key(&sweep.new_edges[i]))
+                .or_default()
+                .push((EdgeRef::New(i), text)),
         }
     }
 
