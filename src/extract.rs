@@ -823,12 +823,15 @@ pub async fn extract_entities(
         .iter()
         .map(|c| c.content.chars().take(spec.context_chars).collect())
         .collect();
-    let shown: Vec<&str> = std::iter::once(episode.content.as_str())
+    // The episode, then its context, split into words once: every name
+    // offered is checked against them.
+    let shown: Vec<crate::text::Written> = std::iter::once(episode.content.as_str())
         .chain(context_shown.iter().map(String::as_str))
+        .map(crate::text::Written::new)
         .collect();
     let mut shown_words: HashSet<String> = shown
         .iter()
-        .flat_map(|text| crate::text::words(text))
+        .flat_map(crate::text::Written::words)
         .map(str::to_lowercase)
         .collect();
     if let Some(d) = &episode.source_description {
@@ -912,7 +915,7 @@ pub async fn extract_entities(
             )));
             continue;
         }
-        if spec.reject_descriptions && crate::text::only_a_label(&name, &episode.content) {
+        if spec.reject_descriptions && crate::text::only_a_label(&name, &shown[0]) {
             rejected.push(reject(format!(
                 "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
             )));

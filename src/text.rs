@@ -566,7 +566,7 @@ const CURRENCIES: [&str; 12] = [
 /// name no text writes is left to the other checks. Names styled in lower
 /// case ("nginx") are caught too unless a text also writes them
 /// capitalised: the price of this rule.
-pub fn common_noun(name: &str, texts: &[&str]) -> bool {
+pub fn common_noun(name: &str, texts: &[Written<'_>]) -> bool {
     // A digit marks a code; code punctuation marks a slug, unless the name
     // is several words ("twelve-month subscription" is a phrase).
     let slug =
@@ -582,29 +582,19 @@ pub fn common_noun(name: &str, texts: &[&str]) -> bool {
     // Seen in lower case: anywhere, and as words of their own.
     let (mut lower, mut lower_words) = (false, false);
     let mut opens_capitalised = false;
-    for text in texts {
-        let written = words_opening_sentences(text);
-        for window in written.windows(wanted.len()) {
-            if !window
-                .iter()
-                .zip(&wanted)
-                .all(|(w, want)| w.text.to_lowercase() == *want)
-            {
-                continue;
-            }
-            let named = window
-                .iter()
-                .enumerate()
-                .any(|(i, w)| capitalised(w.text) && !(i == 0 && w.opens));
-            if named {
-                return false;
-            }
-            if capitalised(window[0].text) {
-                opens_capitalised = true;
-            } else {
-                lower = true;
-                lower_words |= window.iter().all(|w| w.plain);
-            }
+    for window in texts.iter().flat_map(|t| t.occurrences(&wanted)) {
+        let named = window
+            .iter()
+            .enumerate()
+            .any(|(i, w)| capitalised(w.text) && !(i == 0 && w.opens));
+        if named {
+            return false;
+        }
+        if capitalised(window[0].text) {
+            opens_capitalised = true;
+        } else {
+            lower = true;
+            lower_words |= window.iter().all(|w| w.plain);
         }
     }
     if wanted.len() == 1 && opens_capitalised {
@@ -622,21 +612,14 @@ pub fn common_noun(name: &str, texts: &[&str]) -> bool {
 /// inside a sentence ("Rotation update for Ledger Service: …") is the
 /// sentence's subject, and a name of several words or with a digit ("SEV-
 /// 11: …", a ticket code before its title) is a name: none of them count.
-pub fn only_a_label(name: &str, text: &str) -> bool {
+pub fn only_a_label(name: &str, written: &Written<'_>) -> bool {
     let wanted: Vec<String> = words(name).map(str::to_lowercase).collect();
     if wanted.len() != 1 || name.chars().any(|c| c.is_ascii_digit()) {
         return false;
     }
-    let written = words_opening_sentences(text);
+    let text = written.text;
     let mut labels = 0;
-    for window in written.windows(wanted.len()) {
-        if !window
-            .iter()
-            .zip(&wanted)
-            .all(|(w, want)| w.text.to_lowercase() == *want)
-        {
-            continue;
-        }
+    for window in written.occurrences(&wanted) {
         let (first, last) = (&window[0], &window[window.len() - 1]);
         let end = last.at + last.text.len();
         let line = text[..first.at].rsplit('\n').next().unwrap_or_default();
@@ -649,6 +632,40 @@ pub fn only_a_label(name: &str, text: &str) -> bool {
         labels += 1;
     }
     labels > 0
+}
+
+/// A text a model was shown, split once into the words [`common_noun`]
+/// and [`only_a_label`] read, each of which is asked about every name
+/// offered for the episode.
+pub struct Written<'a> {
+    text: &'a str,
+    words: Vec<Word<'a>>,
+}
+
+impl<'a> Written<'a> {
+    /// Splits `text` into its words ([`words_opening_sentences`]).
+    pub fn new(text: &'a str) -> Self {
+        Written {
+            text,
+            words: words_opening_sentences(text),
+        }
+    }
+
+    /// The words as written ([`words`]).
+    pub fn words(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.words.iter().map(|w| w.text)
+    }
+
+    /// Every run of words that spells `wanted` (words in lower case),
+    /// case ignored.
+    fn occurrences<'w>(&'w self, wanted: &'w [String]) -> impl Iterator<Item = &'w [Word<'a>]> {
+        self.words.windows(wanted.len()).filter(move |window| {
+            window
+                .iter()
+                .zip(wanted)
+                .all(|(w, want)| w.text.to_lowercase() == *want)
+        })
+    }
 }
 
 /// A word of a text as [`common_noun`] reads it.
@@ -1451,71 +1468,82 @@ mod tests {
         }
     }
 
+    /// [`common_noun`] over texts given as strings.
+    fn noun(name: &str, texts: &[&str]) -> bool {
+        let written: Vec<Written> = texts.iter().map(|t| Written::new(t)).collect();
+        common_noun(name, &written)
+    }
+
+    /// [`only_a_label`] over a text given as a string.
+    fn label(name: &str, text: &str) -> bool {
+        only_a_label(name, &Written::new(text))
+    }
+
     #[test]
-    fn a_name_the_text_writes_only_in_lower_case_is_a_common_noun() {
+    fn a_name_the_text_writes_only_in_lower_case_is_a_noun() {
         let text = &[
             "Acme resells computer hardware and software. The account executive \
              raised a purchase order; see harbour-gateway. Order more? Priya said so.",
         ][..];
-        assert!(common_noun("Hardware", text));
-        assert!(common_noun("Account executive", text));
-        assert!(common_noun("purchase order", text));
+        assert!(noun("Hardware", text));
+        assert!(noun("Account executive", text));
+        assert!(noun("purchase order", text));
         // Capitalised only where a sentence starts, and written in lower
         // case as a word elsewhere.
-        assert!(common_noun("Order", text));
+        assert!(noun("Order", text));
         // Written capitalised mid-sentence: a name (or at least not
         // provably a common noun).
-        assert!(!common_noun("Priya", text));
-        assert!(!common_noun("Acme", text));
+        assert!(!noun("Priya", text));
+        assert!(!noun("Acme", text));
         // Identifiers and names the text does not write are left alone.
-        assert!(!common_noun("harbour-gateway", text));
-        assert!(!common_noun("PO-4417", text));
-        assert!(common_noun(
+        assert!(!noun("harbour-gateway", text));
+        assert!(!noun("PO-4417", text));
+        assert!(noun(
             "Twelve-Month Subscription",
             &["a twelve-month subscription"]
         ));
-        assert!(!common_noun("Northwind", text));
+        assert!(!noun("Northwind", text));
     }
 
     #[test]
-    fn a_phrase_capitalised_only_where_a_sentence_starts_is_a_common_noun() {
+    fn a_phrase_capitalised_only_where_a_sentence_starts_is_a_noun() {
         let text = &[
             "We moved to the new cache cluster on 9 September. Load tests showed \
              no gain.\n- Cache warmers ran twice. Relaywave confirmed; \"Skylark routing\" \
              is new. Line items: {\"description\": \"Onsite deployment engineer\"}",
         ][..];
-        assert!(common_noun("load tests", text));
-        assert!(common_noun("Load Tests", text));
+        assert!(noun("load tests", text));
+        assert!(noun("Load Tests", text));
         // A line opens a sentence too (a list item).
-        assert!(common_noun("cache warmers", text));
+        assert!(noun("cache warmers", text));
         // One word that no text writes in lower case keeps its capital
         // wherever it stands.
-        assert!(!common_noun("Relaywave", text));
+        assert!(!noun("Relaywave", text));
         // Capitalised after a semicolon and an opening quote: mid-sentence.
-        assert!(!common_noun("Skylark routing", text));
+        assert!(!noun("Skylark routing", text));
         // A value after a label is styled by its writer.
-        assert!(!common_noun("Onsite deployment engineer", text));
+        assert!(!noun("Onsite deployment engineer", text));
     }
 
     #[test]
     fn a_name_written_only_before_a_colon_mid_line_is_a_field_label() {
         let form = "ORDER FORM QF-0087. Customer: Northwind Outfitters. Subscription: \
                     Quillfeather Planner, Team edition.\nOwner: Maya\n- Harbour Gateway: Tomás";
-        assert!(only_a_label("Subscription", form));
-        assert!(only_a_label("customer", form));
+        assert!(label("Subscription", form));
+        assert!(label("customer", form));
         // Opening a line: a speaker, a heading or a list item.
-        assert!(!only_a_label("Owner", form));
-        assert!(!only_a_label("Harbour Gateway", form));
-        assert!(!only_a_label(
+        assert!(!label("Owner", form));
+        assert!(!label("Harbour Gateway", form));
+        assert!(!label(
             "Ledger",
             "Maya: Rotation update for Ledger: Sofia is off it."
         ));
         // Written without a colon, or not written at all.
-        assert!(!only_a_label("Quillfeather Planner", form));
-        assert!(!only_a_label("Relaywave", form));
+        assert!(!label("Quillfeather Planner", form));
+        assert!(!label("Relaywave", form));
         let chat = "Nadia Fairweather: INC-2077: SMS confirmations are late. Status: open.";
-        assert!(!only_a_label("INC-2077", chat), "a code before its title");
-        assert!(only_a_label("Status", chat));
+        assert!(!label("INC-2077", chat), "a code before its title");
+        assert!(label("Status", chat));
     }
 
     #[test]
@@ -1523,11 +1551,11 @@ mod tests {
      {
         let episode = "Dana Whitcombe: Legal sent over the new contract. Acme confirmed.";
         let context = "Ingrid says their legal team will tell us. Mail dana@acme.com or acme-ops.";
-        assert!(common_noun("Legal", &[episode, context]));
+        assert!(noun("Legal", &[episode, context]));
         // Lower case only inside an address or a slug is no evidence.
-        assert!(!common_noun("Acme", &[episode, context]));
+        assert!(!noun("Acme", &[episode, context]));
         // With no lower-case word at all, a sentence's first word stays a name.
-        assert!(!common_noun("Legal", &[episode]));
+        assert!(!noun("Legal", &[episode]));
     }
 
     #[test]
@@ -1537,11 +1565,11 @@ mod tests {
         let context = "The Supplier resells computer hardware and support services.";
         let titled = "Support Services are billed monthly.";
         // Only the context writes it, in lower case.
-        assert!(common_noun("Computer Hardware", &[episode, context]));
+        assert!(noun("Computer Hardware", &[episode, context]));
         // Without the context it is a name no text writes: left alone.
-        assert!(!common_noun("Computer Hardware", &[episode]));
+        assert!(!noun("Computer Hardware", &[episode]));
         // Capitalised in one text, lower case in another: not provably a noun.
-        assert!(!common_noun("Support Services", &[context, titled]));
+        assert!(!noun("Support Services", &[context, titled]));
     }
 
     #[test]

@@ -145,7 +145,7 @@ pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
 }
 
 /// "No longer on call for Fare Engine as of 1 May": the day after "as of"
-/// (or "from", "since") that follows "no longer", behind the sentence
+/// (or "from", "since", "effective") that follows "no longer", behind the sentence
 /// unless it speaks of the future ("will no longer … as of 1 June").
 fn no_longer_as_of(words: &[String], today: NaiveDate) -> Option<NaiveDate> {
     let at = words
