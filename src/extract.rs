@@ -77,6 +77,12 @@ pub struct FactMention {
     /// Made by a `[[mapping]]` from a record (stored with origin `map`),
     /// not read from text by the model.
     pub mapped: bool,
+    /// The declared relation types that the model's relation, the fact's
+    /// text or its episode's sentences about the pair write in words
+    /// ([`types_written`]), whatever the endpoints' types: where a record
+    /// later retypes an end and the type given no longer fits, one of these
+    /// may ([`fitting_relation_in`]).
+    pub written_types: Vec<String>,
 }
 
 impl FactMention {
@@ -1429,6 +1435,80 @@ pub fn fitting_relation(
         .or_else(|| fit(GENERIC_RELATION))
 }
 
+/// [`fitting_relation`] for a fact whose words write the declared types
+/// `written` ([`types_written`]): where the type the model gave cannot
+/// hold the endpoints (it falls back to [`GENERIC_RELATION`]) or is no
+/// declared type (a free relation), the written type that fits them.
+/// "Kenji Mori: I'm no longer on call for Fare Engine", given as WORKS_FOR
+/// between a person and a service, is ON_CALL_FOR; so is a free "was on
+/// call for". When the written types that fit lie on one chain the most
+/// specific is taken; types of two families leave the choice to no one.
+pub fn fitting_relation_in(
+    ontology: &Ontology,
+    relation: &str,
+    written: &[String],
+    source: &str,
+    target: &str,
+) -> Option<(String, bool)> {
+    let fit = fitting_relation(ontology, relation, source, target);
+    let declared_fit = fit
+        .as_ref()
+        .is_some_and(|(r, _)| r != GENERIC_RELATION && ontology.edge_types.contains_key(r));
+    if declared_fit {
+        return fit;
+    }
+    let fitting: Vec<(&str, bool)> = written
+        .iter()
+        .filter_map(|name| {
+            if ontology.edge_allows(name, source, target) {
+                Some((name.as_str(), false))
+            } else if ontology.edge_allows(name, target, source) {
+                Some((name.as_str(), true))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let deepest = fitting
+        .iter()
+        .max_by_key(|(n, _)| ontology.edge_tree.get(n).map_or(0, |t| t.depth));
+    match deepest {
+        Some(&(name, swapped))
+            if fitting
+                .iter()
+                .all(|(n, _)| ontology.edge_tree.is_a(name, n)) =>
+        {
+            Some((name.to_string(), swapped))
+        }
+        _ => fit,
+    }
+}
+
+/// The declared relation types whose names `texts` write as consecutive
+/// words, case and punctuation aside (ON_CALL_FOR in "no longer on-call
+/// for"), in declared order.
+pub fn types_written(ontology: &Ontology, texts: &[&str]) -> Vec<String> {
+    let words_of = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let texts: Vec<Vec<String>> = texts.iter().map(|t| words_of(t)).collect();
+    ontology
+        .edge_tree
+        .iter()
+        .filter(|node| {
+            let phrase = words_of(&node.name);
+            !phrase.is_empty()
+                && texts
+                    .iter()
+                    .any(|words| words.windows(phrase.len()).any(|w| w == phrase))
+        })
+        .map(|node| node.name.clone())
+        .collect()
+}
+
 /// Whether a fact given under `relation` and fitted to `fitted` (by
 /// [`fitting_relation`]) names a declared type that its endpoints cannot
 /// hold, either way round, nor under a parent: the model meant that type
@@ -1524,7 +1604,12 @@ pub async fn extract_facts(
             relation = GENERIC_RELATION.into();
         }
         let (st, tt) = (mentions[s].type_name(), mentions[t].type_name());
-        let (fitted, swap) = match fitting_relation(ontology, &relation, st, tt) {
+        let label = relation.replace('_', " ");
+        let mut texts = vec![label.as_str(), text];
+        texts.extend(sentences.about_pair(s, t));
+        let written_types = types_written(ontology, &texts);
+        let (fitted, swap) = match fitting_relation_in(ontology, &relation, &written_types, st, tt)
+        {
             Some(fit) => fit,
             None => {
                 rejected.push(reject(format!(
@@ -1546,12 +1631,21 @@ pub async fn extract_facts(
             continue;
         }
         if fitted != relation {
-            // Kept, under a parent type that allows its endpoints; the row
-            // says what the model wrote (only a server that ignores the
-            // reply schema lets this happen).
-            rejected.push(reject(format!(
-                "`{relation}` does not allow {st} → {tt}; kept as {fitted}"
-            )));
+            // Kept, under a parent type that allows its endpoints or the
+            // type the episode writes; the row says what the model wrote.
+            let why = if ontology.edge_types.contains_key(&relation) {
+                format!("`{relation}` does not allow {st} → {tt}")
+            } else {
+                format!("`{relation}` is no declared type")
+            };
+            let how = if written_types.contains(&fitted)
+                && !ontology.edge_tree.is_a(&relation, &fitted)
+            {
+                ", which the episode writes"
+            } else {
+                ""
+            };
+            rejected.push(reject(format!("{why}; kept as {fitted}{how}")));
         }
         let relation = fitted;
         let (s, t) = if swap { (t, s) } else { (s, t) };
@@ -1584,6 +1678,7 @@ pub async fn extract_facts(
             valid_at,
             invalid_at,
             mapped: false,
+            written_types,
         });
     }
     Ok((facts, rejected))
@@ -1735,15 +1830,20 @@ impl<'a> Sentences<'a> {
     /// contract with Acme ended in February and she joined Brightline")
     /// may be about another relationship and is not read.
     fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
-        self.sentences.iter().find_map(|s| {
+        self.about_pair(a, b)
+            .find_map(|text| stated_end(text, reference.date_naive()))
+    }
+
+    /// The sentences about `a` and `b` alone: each names both and no other
+    /// mention, or its writer is one of them, speaking in the first person,
+    /// and it names the other and no third.
+    fn about_pair(&self, a: usize, b: usize) -> impl Iterator<Item = &'a str> + '_ {
+        self.sentences.iter().filter_map(move |s| {
             let only_pair = s.named.iter().all(|&i| i == a || i == b);
             // Each of the pair is named in it or writes it in the first
             // person (one writer, so the other is named).
             let in_it = |x: usize| s.named.contains(&x) || (s.first_person && s.writer == Some(x));
-            if !(only_pair && in_it(a) && in_it(b)) {
-                return None;
-            }
-            stated_end(s.text, reference.date_naive())
+            (only_pair && in_it(a) && in_it(b)).then_some(s.text)
         })
     }
 }
@@ -2325,6 +2425,119 @@ mod tests {
         assert_eq!(
             fit("WORKS_WITH", "Company", "Company"),
             Some(("WORKS_WITH".into(), false))
+        );
+    }
+
+    #[test]
+    fn a_type_that_cannot_hold_its_endpoints_yields_to_the_one_its_words_write() {
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            [[entity_types]]
+            name = "Service"
+            description = "A running service."
+            [[edge_types]]
+            name = "WORKS_FOR"
+            description = "Works for a company."
+            source_targets = [{ source = "Person", target = "Company" }]
+            [[edge_types]]
+            name = "RESPONSIBLE_FOR"
+            description = "Answers for a service."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [[edge_types]]
+            name = "ON_CALL_FOR"
+            description = "Takes on-call shifts."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [[edge_types]]
+            name = "CALLS"
+            description = "A service calls a company's API."
+            source_targets = [{ source = "Service", target = "Company" }]
+            [[edge_types]]
+            name = "OWNS"
+            description = "Owns a service."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [edge_type_hierarchy]
+            RESPONSIBLE_FOR = { ON_CALL_FOR = {} }
+            "#,
+        );
+        let written = |texts: &[&str]| types_written(&onto, texts);
+        let fit = |r: &str, texts: &[&str], s: &str, t: &str| {
+            fitting_relation_in(&onto, r, &written(texts), s, t)
+        };
+        let said = [
+            "Kenji Mori works for Fare Engine.",
+            "I'm no longer on-call for Fare Engine",
+        ];
+        assert_eq!(written(&said), ["ON_CALL_FOR", "WORKS_FOR"]);
+        assert_eq!(
+            fit("WORKS_FOR", &said, "Person", "Service"),
+            Some(("ON_CALL_FOR".into(), false)),
+            "the episode's words name the type that fits"
+        );
+        assert_eq!(
+            fit("WORKS_FOR", &said, "Service", "Person"),
+            Some(("ON_CALL_FOR".into(), true)),
+            "turned round like any fit"
+        );
+        assert_eq!(
+            fit(
+                &relation_type_of("was on call for"),
+                &["was on call for"],
+                "Person",
+                "Service"
+            ),
+            Some(("ON_CALL_FOR".into(), false)),
+            "a free relation that writes a declared type is that type"
+        );
+        assert_eq!(
+            fit("RESPONSIBLE_FOR", &said, "Person", "Service"),
+            Some(("RESPONSIBLE_FOR".into(), false)),
+            "a type that fits is kept: the subtype walk refines it"
+        );
+        assert_eq!(
+            fit(
+                "WORKS_FOR",
+                &["Kenji works for Fare Engine."],
+                "Person",
+                "Service"
+            ),
+            Some((GENERIC_RELATION.into(), false)),
+            "words of a type that cannot hold the endpoints do not count"
+        );
+        assert_eq!(
+            fit(
+                "WORKS_FOR",
+                &["Kenji calls Fare Engine when he is on call for it."],
+                "Person",
+                "Service"
+            ),
+            Some(("ON_CALL_FOR".into(), false)),
+            "CALLS cannot hold a person and a service: one family fits"
+        );
+        assert_eq!(
+            fit(
+                "WORKS_FOR",
+                &["Kenji is responsible for Fare Engine and on call for it."],
+                "Person",
+                "Service"
+            ),
+            Some(("ON_CALL_FOR".into(), false)),
+            "a type and its subtype: the subtype"
+        );
+        assert_eq!(
+            fit(
+                "WORKS_FOR",
+                &["Kenji owns Fare Engine and is on call for it."],
+                "Person",
+                "Service"
+            ),
+            Some((GENERIC_RELATION.into(), false)),
+            "two families: neither is chosen"
         );
     }
 

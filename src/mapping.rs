@@ -610,6 +610,8 @@ impl Mapping {
             valid_at: times[0],
             invalid_at: times[1],
             mapped: true,
+            // A record's relation is declared and fits its mapped types.
+            written_types: Vec::new(),
         });
     }
 }

@@ -246,17 +246,18 @@ pub async fn resolve_run(
 
 /// A fact one of whose ends a record retyped, under the relation type that
 /// fits the new endpoint types (as extraction chooses it: the type, its
-/// parents, or the generic one; possibly reversed), and whether its ends
-/// swap. `None`: it stays as it is.
+/// parents, a type its words write, or the generic one; possibly
+/// reversed), and whether its ends swap. `None`: it stays as it is.
 fn refit(
     ontology: &Ontology,
     f: &RunFact<'_>,
     mentions: &[RunMention<'_>],
 ) -> Option<(FactMention, bool)> {
     let (s, t) = (mentions[f.source].mention, mentions[f.target].mention);
-    let (relation, swapped) = crate::extract::fitting_relation(
+    let (relation, swapped) = crate::extract::fitting_relation_in(
         ontology,
         f.fact.relation_type(),
+        &f.fact.written_types,
         s.type_name(),
         t.type_name(),
     )?;
