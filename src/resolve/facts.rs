@@ -43,7 +43,9 @@ pub struct FactResolution {
 /// text, committed or earlier in this run, and folds into it; a fact with
 /// an `invalid_at` (the relationship ended) folds into the alike edge, or
 /// when there is none into such an edge whatever its text, and so ends it
-/// and every other live wording of that relationship, and the edges of
+/// (a fact taken after such an end that goes on past it folds into the
+/// ended edge the same way) and every other live wording of that
+/// relationship, and the edges of
 /// its subtypes between the same nodes (`is_a(type, ancestor)`) valid at
 /// its time, whichever came first: "Sofia is no longer responsible for
 /// Ledger Service" ends her `ON_CALL_FOR` it, while an ended `ON_CALL_FOR`
@@ -143,11 +145,18 @@ pub fn resolve_facts(
         // that ends "X is the seller on PO-1" ends that edge, not another
         // fact between the same two nodes.
         let ends = e.invalid_at.is_some();
-        let mut own = slots.iter().filter(|(r, _)| same_type(r));
+        let own = slots.iter().filter(|(r, _)| same_type(r));
+        // A fact that goes on where an edge taken before it has ended
+        // ("no longer on call for Fare Engine as of 1 May" before the
+        // schedule that began it) is that relationship: it folds into the
+        // ended edge, as the end would have folded into it the other way
+        // round.
+        let ended_before = |r: &EdgeRef| !ends && sweep.get(*r).invalid_at.is_some() && live(r);
         let found = own
             .clone()
             .find(|(r, t)| alike(t, &text, duplicate_similarity) && live(r))
-            .or_else(|| own.find(|(r, _)| ends && live(r)))
+            .or_else(|| own.clone().find(|(r, _)| ends && live(r)))
+            .or_else(|| own.clone().find(|(r, _)| ended_before(r)))
             .map(|(r, _)| *r);
         // Other live wordings of the same relationship between the same
         // nodes ("ships PO-1", "is the seller on PO-1") end with it.
@@ -955,6 +964,51 @@ mod fact_tests {
         let r = plain(&mut new, &mut committed, now);
         assert_eq!((r.duplicates, r.invalidated), (0, 0));
         assert_eq!(committed[0].invalid_at, None);
+    }
+
+    #[test]
+    fn an_end_and_the_fact_it_ends_make_one_ended_edge_in_either_order() {
+        let day = |m, d| Some(Utc.with_ymd_and_hms(2025, m, d, 0, 0, 0).unwrap());
+        let schedule = || {
+            let mut e = edge("schedule", "fares", None);
+            e.fact = "Kenji is primary on call for fare-engine".into();
+            e.valid_at = day(1, 6);
+            e
+        };
+        let end = || {
+            let mut e = edge("chat", "fares", None);
+            e.fact = "Kenji is no longer on call for Fare Engine as of 1 May".into();
+            e.invalid_at = day(5, 1);
+            e
+        };
+        let now = Utc::now();
+        for mut new in [vec![schedule(), end()], vec![end(), schedule()]] {
+            let r = plain(&mut new, &mut [], now);
+            assert_eq!(r.duplicates, 1, "{new:?}");
+            assert_eq!(new.len(), 1);
+            assert_eq!((new[0].valid_at, new[0].invalid_at), (day(1, 6), day(5, 1)));
+            let mut episodes = new[0].episode_ids.clone();
+            episodes.sort();
+            assert_eq!(episodes, ["ep-chat", "ep-schedule"]);
+        }
+        // A committed end takes a later run's schedule the same way.
+        let mut committed = vec![end()];
+        let mut new = vec![schedule()];
+        let r = plain(&mut new, &mut committed, now);
+        assert_eq!(r.duplicates, 1);
+        assert_eq!(
+            (committed[0].valid_at, committed[0].invalid_at),
+            (day(1, 6), day(5, 1))
+        );
+        assert!(r.changed_committed.contains("chat"));
+        // A fact that starts after the end is a new interval.
+        let mut committed = vec![end()];
+        let mut again = schedule();
+        again.valid_at = day(8, 11);
+        let mut new = vec![again];
+        let r = plain(&mut new, &mut committed, now);
+        assert_eq!((r.duplicates, new.len()), (0, 1));
+        assert_eq!(new[0].invalid_at, None);
     }
 
     #[test]
