@@ -433,21 +433,35 @@ pub async fn candidates(
         // Mention pairs are symmetric: keep each once. Directed kinds
         // (partial, longer) keep both ways round, but never a mention
         // paired with itself.
-        let (order, not_self) = if is_mention {
+        // Equal names and longer names (a mention's name stem equal to a
+        // target's name) in one join: the stems ride in the hash table
+        // beside the names, each row marked by its score (1 for a name,
+        // 0 for a stem), and the targets are read once, not twice.
+        let stem_rows = if stems > 0 {
+            format!(
+                " UNION ALL SELECT mention_id, group_id, stem AS k, labels, 0.0 AS score FROM {STEMS}"
+            )
+        } else {
+            String::new()
+        };
+        let (order, not_self, names_order) = if is_mention {
             (
                 "AND p.mention_id < t.target",
                 "AND p.mention_id <> t.target",
+                "AND (p.score = 0.0 OR p.mention_id < t.target) \
+                 AND (p.score = 1.0 OR p.mention_id <> t.target)",
             )
         } else {
-            ("", "")
+            ("", "", "")
         };
         let mut queries: Vec<(Kind, String)> = vec![(
             Kind::Name,
             format!(
-                "WITH p AS ({probe}), t AS ({side}) \
-                 SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, {t_ids} AS ids \
-                 FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.folded \
-                 WHERE chains_compatible(p.labels, t.labels) {order}"
+                "WITH p AS (SELECT mention_id, group_id, folded AS k, labels, 1.0 AS score FROM ({probe}){stem_rows}), \
+                 t AS ({side}) \
+                 SELECT p.mention_id, t.target, p.score, CAST(1 AS BIGINT) AS n, t.name, t.labels, {t_ids} AS ids \
+                 FROM p JOIN t ON p.group_id = t.group_id AND p.k = t.folded \
+                 WHERE chains_compatible(p.labels, t.labels) {names_order}"
             ),
         )];
         if !identity.is_empty() {
@@ -501,17 +515,6 @@ pub async fn candidates(
                 ),
             ));
         }
-        if stems > 0 {
-            queries.push((
-                Kind::Longer,
-                format!(
-                    "WITH p AS (SELECT mention_id, group_id, labels, stem FROM {STEMS}), t AS ({side}) \
-                     SELECT p.mention_id, t.target, 0.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, {t_ids} AS ids \
-                     FROM p JOIN t ON p.group_id = t.group_id AND p.stem = t.folded \
-                     WHERE chains_compatible(p.labels, t.labels) {not_self}"
-                ),
-            ));
-        }
         for (kind, sql) in queries {
             let started = std::time::Instant::now();
             let before = out.len();
@@ -525,7 +528,14 @@ pub async fn candidates(
             };
             let (_, batches) = run_sql(ctx, &sql).await.map_err(|e| e.context(what()))?;
             for b in &batches {
-                decode_pairs(b, kind, is_mention, &mut out)?;
+                if kind == Kind::Name {
+                    // The name join's rows of stems are longer names.
+                    let (names, longer) = split_by_score(b)?;
+                    decode_pairs(&names, Kind::Name, is_mention, &mut out)?;
+                    decode_pairs(&longer, Kind::Longer, is_mention, &mut out)?;
+                } else {
+                    decode_pairs(b, kind, is_mention, &mut out)?;
+                }
             }
             if kind == Kind::Identity {
                 // The same target row behind each repeat: equal pairs.
@@ -1000,6 +1010,19 @@ async fn probe_bands(ctx: &SessionContext, probe: &str) -> Result<(), DataFusion
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The rows of a batch of candidate pairs (score in column 2) scored 1,
+/// and the others.
+fn split_by_score(b: &RecordBatch) -> Result<(RecordBatch, RecordBatch), DataFusionError> {
+    let score = arrow::compute::cast(b.column(2), &DataType::Float64)?;
+    let one = Float64Array::new_scalar(1.0);
+    let is_one = arrow::compute::kernels::cmp::eq(&score, &one)?;
+    let others = arrow::compute::not(&is_one)?;
+    Ok((
+        arrow::compute::filter_record_batch(b, &is_one)?,
+        arrow::compute::filter_record_batch(b, &others)?,
+    ))
 }
 
 pub(super) fn decode_pairs(
