@@ -2473,7 +2473,11 @@ mod tests {
             "Kenji Mori works for Fare Engine.",
             "I'm no longer on-call for Fare Engine",
         ];
-        assert_eq!(written(&said), ["ON_CALL_FOR", "WORKS_FOR"]);
+        assert_eq!(
+            written(&said),
+            ["WORKS_FOR", "ON_CALL_FOR"],
+            "in declared order"
+        );
         assert_eq!(
             fit("WORKS_FOR", &said, "Person", "Service"),
             Some(("ON_CALL_FOR".into(), false)),
