@@ -1414,15 +1414,7 @@ pub fn fitting_relation(
     source: &str,
     target: &str,
 ) -> Option<(String, bool)> {
-    let fit = |r: &str| {
-        if ontology.edge_allows(r, source, target) {
-            Some((r.to_string(), false))
-        } else if ontology.edge_allows(r, target, source) {
-            Some((r.to_string(), true))
-        } else {
-            None
-        }
-    };
+    let fit = |r: &str| fits_either_way(ontology, r, source, target);
     // An undeclared relation is a chain of itself.
     let chain = ontology
         .edge_tree
@@ -1457,30 +1449,39 @@ pub fn fitting_relation_in(
     if declared_fit {
         return fit;
     }
-    let fitting: Vec<(&str, bool)> = written
+    let fitting: Vec<(String, bool)> = written
         .iter()
-        .filter_map(|name| {
-            if ontology.edge_allows(name, source, target) {
-                Some((name.as_str(), false))
-            } else if ontology.edge_allows(name, target, source) {
-                Some((name.as_str(), true))
-            } else {
-                None
-            }
-        })
+        .filter_map(|name| fits_either_way(ontology, name, source, target))
         .collect();
     let deepest = fitting
         .iter()
         .max_by_key(|(n, _)| ontology.edge_tree.get(n).map_or(0, |t| t.depth));
     match deepest {
-        Some(&(name, swapped))
+        Some(d)
             if fitting
                 .iter()
-                .all(|(n, _)| ontology.edge_tree.is_a(name, n)) =>
+                .all(|(n, _)| ontology.edge_tree.is_a(&d.0, n)) =>
         {
-            Some((name.to_string(), swapped))
+            Some(d.clone())
         }
         _ => fit,
+    }
+}
+
+/// `relation` with whether it must be turned round, when its own
+/// `source_targets` allow the endpoint types as given or else reversed.
+fn fits_either_way(
+    ontology: &Ontology,
+    relation: &str,
+    source: &str,
+    target: &str,
+) -> Option<(String, bool)> {
+    if ontology.edge_allows(relation, source, target) {
+        Some((relation.to_string(), false))
+    } else if ontology.edge_allows(relation, target, source) {
+        Some((relation.to_string(), true))
+    } else {
+        None
     }
 }
 
@@ -1488,12 +1489,8 @@ pub fn fitting_relation_in(
 /// words, case and punctuation aside (ON_CALL_FOR in "no longer on-call
 /// for"), in declared order.
 pub fn types_written(ontology: &Ontology, texts: &[&str]) -> Vec<String> {
-    let words_of = |s: &str| -> Vec<String> {
-        s.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
-            .collect()
-    };
+    let words_of =
+        |s: &str| -> Vec<String> { crate::text::words(s).map(str::to_lowercase).collect() };
     let texts: Vec<Vec<String>> = texts.iter().map(|t| words_of(t)).collect();
     ontology
         .edge_tree

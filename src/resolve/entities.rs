@@ -430,9 +430,6 @@ pub async fn candidates(
         (mention_side, Ids::Computed, true),
     ] {
         let (t_ids, s_ids, row_ids) = (ids.of("t."), ids.of("s."), ids.of(""));
-        // Mention pairs are symmetric: keep each once. Directed kinds
-        // (partial, longer) keep both ways round, but never a mention
-        // paired with itself.
         // Equal names and longer names (a mention's name stem equal to a
         // target's name) in one join: the stems ride in the hash table
         // beside the names, each row marked by its score (1 for a name,
@@ -444,6 +441,9 @@ pub async fn candidates(
         } else {
             String::new()
         };
+        // Mention pairs are symmetric: keep each once. Directed kinds
+        // (partial, longer) keep both ways round, but never a mention
+        // paired with itself.
         let (order, not_self, names_order) = if is_mention {
             (
                 "AND p.mention_id < t.target",
@@ -528,7 +528,7 @@ pub async fn candidates(
             };
             let (_, batches) = run_sql(ctx, &sql).await.map_err(|e| e.context(what()))?;
             for b in &batches {
-                if kind == Kind::Name {
+                if kind == Kind::Name && stems > 0 {
                     // The name join's rows of stems are longer names.
                     let (names, longer) = split_by_score(b)?;
                     decode_pairs(&names, Kind::Name, is_mention, &mut out)?;

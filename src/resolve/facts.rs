@@ -145,18 +145,16 @@ pub fn resolve_facts(
         // that ends "X is the seller on PO-1" ends that edge, not another
         // fact between the same two nodes.
         let ends = e.invalid_at.is_some();
-        let own = slots.iter().filter(|(r, _)| same_type(r));
-        // A fact that goes on where an edge taken before it has ended
-        // ("no longer on call for Fare Engine as of 1 May" before the
+        let mut own = slots.iter().filter(|(r, _)| same_type(r));
+        // Likewise a fact that goes on where an edge taken before it has
+        // ended ("no longer on call for Fare Engine as of 1 May" before the
         // schedule that began it) is that relationship: it folds into the
         // ended edge, as the end would have folded into it the other way
         // round.
-        let ended_before = |r: &EdgeRef| !ends && sweep.get(*r).invalid_at.is_some() && live(r);
         let found = own
             .clone()
             .find(|(r, t)| alike(t, &text, duplicate_similarity) && live(r))
-            .or_else(|| own.clone().find(|(r, _)| ends && live(r)))
-            .or_else(|| own.clone().find(|(r, _)| ended_before(r)))
+            .or_else(|| own.find(|(r, _)| live(r) && (ends || sweep.get(*r).invalid_at.is_some())))
             .map(|(r, _)| *r);
         // Other live wordings of the same relationship between the same
         // nodes ("ships PO-1", "is the seller on PO-1") end with it.
