@@ -374,7 +374,46 @@ pub async fn candidates(
     vectors: &[Option<Arc<[f32]>>],
 ) -> Result<Vec<Pair>, DataFusionError> {
     let m = MENTIONS_TABLE;
-    let keys = node_keys(ctx, nodes, spec, identity).await?;
+    // Mentions of a type with a record-linkage rule are matched by it
+    // alone (`linkage_pairs`), not by these joins.
+    let unlinked = if spec.linkage.is_empty() {
+        ""
+    } else {
+        " WHERE linkage_of(labels) IS NULL"
+    };
+    let probe = format!(
+        "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}{unlinked}"
+    );
+    let types: Vec<String> = identity
+        .keys()
+        .map(|t| format!("'{}'", t.replace('\'', "''")))
+        .collect();
+    let types = types.join(", ");
+    // The mentions' tables do not wait for the nodes' key check.
+    let mention_tables = async {
+        let stems = if spec.longer_names {
+            name_stems_table(ctx, &probe).await?
+        } else {
+            0
+        };
+        if !identity.is_empty() {
+            // The mentions' keys, once for both sides, as a table of known
+            // size: the joins then hold it, not the committed nodes, in
+            // their hash table.
+            materialize(
+                ctx,
+                PK,
+                &format!(
+                    "SELECT mention_id, group_id, type, unnest(identity_keys(type, attributes)) AS k \
+                     FROM ({probe}) WHERE type IN ({types})"
+                ),
+            )
+            .await?;
+        }
+        Ok(stems)
+    };
+    let (keys, stems) =
+        futures::future::try_join(node_keys(ctx, nodes, spec, identity), mention_tables).await?;
     let node_side = format!(
         "SELECT short_id AS target, group_id, name, {folded} AS folded, {bands} AS bands, type, labels, \
          {id_columns} FROM {nodes}",
@@ -387,183 +426,40 @@ pub async fn candidates(
          name_bands(group_id, fold_name(name_normalized)) AS bands, type, labels, {id_columns} FROM {m}",
         id_columns = Ids::Computed.columns(),
     );
-    // Mentions of a type with a record-linkage rule are matched by it
-    // alone (`linkage_pairs`), not by these joins.
-    let unlinked = if spec.linkage.is_empty() {
-        ""
-    } else {
-        " WHERE linkage_of(labels) IS NULL"
+    // The exact joins of each side and the fuzzy joins share only the
+    // scratch tables built above, so they run at once: each leaves a core
+    // idle while it builds a hash table or gathers partitions, and the
+    // others fill it.
+    let pass = SidePass {
+        nodes,
+        spec,
+        probe: &probe,
+        stems,
+        identity_types: (!identity.is_empty()).then_some(types.as_str()),
     };
-    let probe = format!(
-        "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}{unlinked}"
-    );
-    let mut out = Vec::new();
-    if spec.fuzzy {
+    let fuzzy = async {
+        if !spec.fuzzy {
+            return Ok(Vec::new());
+        }
         probe_bands(ctx, &probe).await?;
-    }
-    let stems = if spec.longer_names {
-        name_stems_table(ctx, &probe).await?
-    } else {
-        0
-    };
-    let types: Vec<String> = identity
-        .keys()
-        .map(|t| format!("'{}'", t.replace('\'', "''")))
-        .collect();
-    let types = types.join(", ");
-    if !identity.is_empty() {
-        // The mentions' keys, once for both sides, as a table of known
-        // size: the joins then hold it, not the committed nodes, in their
-        // hash table.
-        materialize(
-            ctx,
-            PK,
-            &format!(
-                "SELECT mention_id, group_id, type, unnest(identity_keys(type, attributes)) AS k \
-                 FROM ({probe}) WHERE type IN ({types})"
-            ),
+        let (mut out, from_mentions) = futures::future::try_join(
+            fuzzy_pairs(ctx, &pass, &node_side, &keys.ids, false),
+            fuzzy_pairs(ctx, &pass, &mention_side, &Ids::Computed, true),
         )
         .await?;
-    }
-    for (side, ids, is_mention) in [
-        (node_side, keys.ids.clone(), false),
-        (mention_side, Ids::Computed, true),
-    ] {
-        let (t_ids, s_ids, row_ids) = (ids.of("t."), ids.of("s."), ids.of(""));
-        // Equal names and longer names (a mention's name stem equal to a
-        // target's name) in one join: the stems ride in the hash table
-        // beside the names, each row marked by its score (1 for a name,
-        // 0 for a stem), and the targets are read once, not twice.
-        let stem_rows = if stems > 0 {
-            format!(
-                " UNION ALL SELECT mention_id, group_id, stem AS k, labels, 0.0 AS score FROM {STEMS}"
-            )
-        } else {
-            String::new()
-        };
-        // Mention pairs are symmetric: keep each once. Directed kinds
-        // (partial, longer) keep both ways round, but never a mention
-        // paired with itself.
-        let (order, not_self, names_order) = if is_mention {
-            (
-                "AND p.mention_id < t.target",
-                "AND p.mention_id <> t.target",
-                "AND (p.score = 0.0 OR p.mention_id < t.target) \
-                 AND (p.score = 1.0 OR p.mention_id <> t.target)",
-            )
-        } else {
-            ("", "", "")
-        };
-        let mut queries: Vec<(Kind, String)> = vec![(
-            Kind::Name,
-            format!(
-                "WITH p AS (SELECT mention_id, group_id, folded AS k, labels, 1.0 AS score FROM ({probe}){stem_rows}), \
-                 t AS ({side}) \
-                 SELECT p.mention_id, t.target, p.score, CAST(1 AS BIGINT) AS n, t.name, t.labels, {t_ids} AS ids \
-                 FROM p JOIN t ON p.group_id = t.group_id AND p.k = t.folded \
-                 WHERE chains_compatible(p.labels, t.labels) {names_order}"
-            ),
-        )];
-        if !identity.is_empty() {
-            // A pair sharing several keys comes once per key; the
-            // duplicates are dropped after decoding (cheaper than a
-            // DISTINCT over names and chains).
-            queries.push((
-                Kind::Identity,
-                format!(
-                    "WITH t AS (SELECT target, group_id, type, name, labels, {row_ids} AS ids, unnest({row_ids}) AS k \
-                       FROM ({side}) WHERE type IN ({types})) \
-                     SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, t.ids \
-                     FROM {PK} p JOIN t ON p.group_id = t.group_id AND p.type = t.type AND p.k = t.k \
-                     WHERE true {order}"
-                ),
-            ));
-        }
-        if spec.partial_names {
-            // One-word mentions (at least two letters, no digits) probe the
-            // first word of multi-word targets. The committed side is
-            // counted per (group, first word, type) after a semi-join on
-            // the probed words.
-            let single = format!(
-                "SELECT mention_id, group_id, folded, labels FROM ({probe}) \
-                 WHERE strpos(folded, ' ') = 0 AND character_length(folded) >= 2 \
-                 AND NOT regexp_like(folded, '[0-9]')"
-            );
-            let targets = if is_mention {
-                format!(
-                    "SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, labels, CAST(1 AS BIGINT) AS n, \
-                     {row_ids} AS ids FROM ({side}) WHERE strpos(folded, ' ') > 0"
-                )
-            } else {
-                format!(
-                    "SELECT min(target) AS target, group_id, first, min(name) AS name, first_value(labels) AS labels, count(*) AS n, \
-                     first_value(ids) AS ids \
-                     FROM (SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, type, labels, \
-                       {row_ids} AS ids FROM ({side}) \
-                       WHERE strpos(folded, ' ') > 0 \
-                       AND split_part(folded, ' ', 1) IN (SELECT s.folded AS probe_word FROM ({single}) s)) \
-                     GROUP BY group_id, first, type"
-                )
-            };
-            queries.push((
-                Kind::Partial,
-                format!(
-                    "WITH p AS ({single}), t AS ({targets}) \
-                     SELECT p.mention_id, t.target, 0.0 AS score, t.n, t.name, t.labels, t.ids \
-                     FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.first \
-                     WHERE chains_compatible(p.labels, t.labels) {not_self}"
-                ),
-            ));
-        }
-        for (kind, sql) in queries {
-            let started = std::time::Instant::now();
-            let before = out.len();
-            let what = || {
-                let side = if is_mention {
-                    "the run's mentions"
-                } else {
-                    nodes
-                };
-                format!("{kind:?} candidate join against {side}")
-            };
-            let (_, batches) = run_sql(ctx, &sql).await.map_err(|e| e.context(what()))?;
-            for b in &batches {
-                if kind == Kind::Name && stems > 0 {
-                    // The name join's rows of stems are longer names.
-                    let (names, longer) = split_by_score(b)?;
-                    decode_pairs(&names, Kind::Name, is_mention, &mut out)?;
-                    decode_pairs(&longer, Kind::Longer, is_mention, &mut out)?;
-                } else {
-                    decode_pairs(b, kind, is_mention, &mut out)?;
-                }
-            }
-            if kind == Kind::Identity {
-                // The same target row behind each repeat: equal pairs.
-                let mut found = out.split_off(before);
-                found.sort_by_key(|p| (p.mention, p.target));
-                found.dedup_by_key(|p| (p.mention, p.target));
-                out.append(&mut found);
-            }
-            tracing::debug!(
-                "{kind:?} candidates against {}: {} pairs in {:.2} s",
-                if is_mention { "mentions" } else { nodes },
-                out.len() - before,
-                started.elapsed().as_secs_f64()
-            );
-        }
-        if spec.fuzzy {
-            let started = std::time::Instant::now();
-            let before = out.len();
-            fuzzy_pairs(ctx, &probe, &side, &s_ids, is_mention, spec, &mut out).await?;
-            tracing::debug!(
-                "Fuzzy candidates against {}: {} pairs in {:.2} s",
-                if is_mention { "mentions" } else { nodes },
-                out.len() - before,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
+        out.extend(from_mentions);
+        Ok(out)
+    };
+    let (mut out, from_mentions, fuzzy) = futures::future::try_join3(
+        exact_pairs(ctx, &pass, &node_side, &keys.ids, false),
+        exact_pairs(ctx, &pass, &mention_side, &Ids::Computed, true),
+        fuzzy,
+    )
+    .await?;
+    out.extend(from_mentions);
+    out.extend(fuzzy);
     let _ = ctx.deregister_table(PB);
+    let _ = ctx.deregister_table(PBC);
     let _ = ctx.deregister_table(PK);
     let _ = ctx.deregister_table(STEMS);
     if !spec.linkage.is_empty() {
@@ -574,11 +470,169 @@ pub async fn candidates(
     }
     // Partitions finish in any order; the rules see one order, so a
     // re-run decides the same way.
-    out.sort_by(|a, b| {
+    use rayon::slice::ParallelSliceMut;
+    out.par_sort_by(|a, b| {
         (a.mention, a.kind, a.target)
             .cmp(&(b.mention, b.kind, b.target))
             .then(b.score.total_cmp(&a.score))
     });
+    Ok(out)
+}
+
+/// What the candidate joins of both sides ([`exact_pairs`],
+/// [`fuzzy_pairs`]) read.
+struct SidePass<'a> {
+    /// The committed nodes table.
+    nodes: &'a str,
+    spec: &'a ResolveSpec,
+    /// The probing mentions' query.
+    probe: &'a str,
+    /// Rows of [`STEMS`].
+    stems: usize,
+    /// The quoted entity types with identity properties, when any.
+    identity_types: Option<&'a str>,
+}
+
+/// The name, longer-name, identity and partial candidate pairs of the
+/// probing mentions against one side: the committed nodes (`side` reads
+/// `nodes`) or the run's other mentions (`is_mention`).
+async fn exact_pairs(
+    ctx: &SessionContext,
+    pass: &SidePass<'_>,
+    side: &str,
+    ids: &Ids,
+    is_mention: bool,
+) -> Result<Vec<Pair>, DataFusionError> {
+    let SidePass {
+        nodes,
+        spec,
+        probe,
+        stems,
+        identity_types,
+    } = *pass;
+    let (t_ids, row_ids) = (ids.of("t."), ids.of(""));
+    // Equal names and longer names (a mention's name stem equal to a
+    // target's name) in one join: the stems ride in the hash table
+    // beside the names, each row marked by its score (1 for a name,
+    // 0 for a stem), and the targets are read once, not twice.
+    let stem_rows = if stems > 0 {
+        format!(
+            " UNION ALL SELECT mention_id, group_id, stem AS k, labels, 0.0 AS score FROM {STEMS}"
+        )
+    } else {
+        String::new()
+    };
+    // Mention pairs are symmetric: keep each once. Directed kinds
+    // (partial, longer) keep both ways round, but never a mention
+    // paired with itself.
+    let (order, not_self, names_order) = if is_mention {
+        (
+            "AND p.mention_id < t.target",
+            "AND p.mention_id <> t.target",
+            "AND (p.score = 0.0 OR p.mention_id < t.target) \
+             AND (p.score = 1.0 OR p.mention_id <> t.target)",
+        )
+    } else {
+        ("", "", "")
+    };
+    let mut queries: Vec<(Kind, String)> = vec![(
+        Kind::Name,
+        format!(
+            "WITH p AS (SELECT mention_id, group_id, folded AS k, labels, 1.0 AS score FROM ({probe}){stem_rows}), \
+             t AS ({side}) \
+             SELECT p.mention_id, t.target, p.score, CAST(1 AS BIGINT) AS n, t.name, t.labels, {t_ids} AS ids \
+             FROM p JOIN t ON p.group_id = t.group_id AND p.k = t.folded \
+             WHERE chains_compatible(p.labels, t.labels) {names_order}"
+        ),
+    )];
+    if let Some(types) = identity_types {
+        // A pair sharing several keys comes once per key; the
+        // duplicates are dropped after decoding (cheaper than a
+        // DISTINCT over names and chains).
+        queries.push((
+            Kind::Identity,
+            format!(
+                "WITH t AS (SELECT target, group_id, type, name, labels, {row_ids} AS ids, unnest({row_ids}) AS k \
+                   FROM ({side}) WHERE type IN ({types})) \
+                 SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, t.ids \
+                 FROM {PK} p JOIN t ON p.group_id = t.group_id AND p.type = t.type AND p.k = t.k \
+                 WHERE true {order}"
+            ),
+        ));
+    }
+    if spec.partial_names {
+        // One-word mentions (at least two letters, no digits) probe the
+        // first word of multi-word targets. The committed side is
+        // counted per (group, first word, type) after a semi-join on
+        // the probed words.
+        let single = format!(
+            "SELECT mention_id, group_id, folded, labels FROM ({probe}) \
+             WHERE strpos(folded, ' ') = 0 AND character_length(folded) >= 2 \
+             AND NOT regexp_like(folded, '[0-9]')"
+        );
+        let targets = if is_mention {
+            format!(
+                "SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, labels, CAST(1 AS BIGINT) AS n, \
+                 {row_ids} AS ids FROM ({side}) WHERE strpos(folded, ' ') > 0"
+            )
+        } else {
+            format!(
+                "SELECT min(target) AS target, group_id, first, min(name) AS name, first_value(labels) AS labels, count(*) AS n, \
+                 first_value(ids) AS ids \
+                 FROM (SELECT target, group_id, split_part(folded, ' ', 1) AS first, name, type, labels, \
+                   {row_ids} AS ids FROM ({side}) \
+                   WHERE strpos(folded, ' ') > 0 \
+                   AND split_part(folded, ' ', 1) IN (SELECT s.folded AS probe_word FROM ({single}) s)) \
+                 GROUP BY group_id, first, type"
+            )
+        };
+        queries.push((
+            Kind::Partial,
+            format!(
+                "WITH p AS ({single}), t AS ({targets}) \
+                 SELECT p.mention_id, t.target, 0.0 AS score, t.n, t.name, t.labels, t.ids \
+                 FROM p JOIN t ON p.group_id = t.group_id AND p.folded = t.first \
+                 WHERE chains_compatible(p.labels, t.labels) {not_self}"
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    for (kind, sql) in queries {
+        let started = std::time::Instant::now();
+        let before = out.len();
+        let what = || {
+            let side = if is_mention {
+                "the run's mentions"
+            } else {
+                nodes
+            };
+            format!("{kind:?} candidate join against {side}")
+        };
+        let (_, batches) = run_sql(ctx, &sql).await.map_err(|e| e.context(what()))?;
+        for b in &batches {
+            if kind == Kind::Name && stems > 0 {
+                // The name join's rows of stems are longer names.
+                let (names, longer) = split_by_score(b)?;
+                decode_pairs(&names, Kind::Name, is_mention, &mut out)?;
+                decode_pairs(&longer, Kind::Longer, is_mention, &mut out)?;
+            } else {
+                decode_pairs(b, kind, is_mention, &mut out)?;
+            }
+        }
+        if kind == Kind::Identity {
+            // The same target row behind each repeat: equal pairs.
+            let mut found = out.split_off(before);
+            found.sort_by_key(|p| (p.mention, p.target));
+            found.dedup_by_key(|p| (p.mention, p.target));
+            out.append(&mut found);
+        }
+        tracing::debug!(
+            "{kind:?} candidates against {}: {} pairs in {:.2} s",
+            if is_mention { "mentions" } else { nodes },
+            out.len() - before,
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(out)
 }
 
@@ -856,33 +910,49 @@ pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
     Some(settings_udfs(&spec, &identity))
 }
 
-/// Fuzzy candidates. The band keys of the mentions are computed once, for
-/// both sides, and kept in [`PB`]; the target side is scanned once,
-/// keeping only keys some mention has. Keys shared by more than `lsh_max_bucket` names are dropped (they
-/// come from common syllables and would pair everything in them with
+/// Fuzzy candidates against one side (as [`exact_pairs`]). The band keys
+/// of the mentions are computed once, for both sides, and kept in [`PB`];
+/// the target side is scanned once, keeping only keys some mention has.
+/// Keys shared by more than `lsh_max_bucket` names are dropped (they come
+/// from common syllables and would pair everything in them with
 /// everything). Names, chains and scores are joined back only for the
 /// candidate pairs.
 async fn fuzzy_pairs(
     ctx: &SessionContext,
-    probe: &str,
+    pass: &SidePass<'_>,
     side: &str,
-    s_ids: &str,
+    ids: &Ids,
     is_mention: bool,
-    spec: &ResolveSpec,
-    out: &mut Vec<Pair>,
-) -> Result<(), DataFusionError> {
-    const TB: &str = "resolve_target_bands";
-    const BIG: &str = "resolve_big_bands";
-    const SCORED: &str = "resolve_scored_pairs";
+) -> Result<Vec<Pair>, DataFusionError> {
+    let SidePass {
+        nodes, spec, probe, ..
+    } = *pass;
+    let s_ids = ids.of("s.");
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    // Both sides run at once: each names its own tables.
+    let which = if is_mention { "mentions" } else { "nodes" };
+    let (tb, big, scored) = (
+        format!("resolve_target_bands_{which}"),
+        format!("resolve_big_bands_{which}"),
+        format!("resolve_scored_pairs_{which}"),
+    );
+    let (tb, big, scored) = (tb.as_str(), big.as_str(), scored.as_str());
     let t0 = std::time::Instant::now();
-    let targets = if is_mention {
-        PB
+    // Keys shared by more than the cap: few (well under 1% of keys), so
+    // they are kept once and anti-joined, rather than semi-joining the
+    // millions of small ones. Counted from the probe's counts ([`PBC`])
+    // and, against the nodes, from the targets' keys that meet them (a key
+    // no mention has pairs nothing).
+    let cap = spec.lsh_max_bucket;
+    let (targets, big_sql) = if is_mention {
+        (PB, format!("SELECT band FROM {PBC} WHERE n > {cap}"))
     } else {
         materialize(
             ctx,
-            TB,
+            tb,
             &format!(
-                "SELECT x.target AS id, x.band FROM (SELECT DISTINCT band FROM {PB}) pb \
+                "SELECT x.target AS id, x.band, pb.n FROM {PBC} pb \
                  JOIN (SELECT target, unnest(bands) AS band FROM ({side})) x \
                  ON x.band = pb.band"
             ),
@@ -892,25 +962,12 @@ async fn fuzzy_pairs(
             "fuzzy: target band keys at {:.2} s",
             t0.elapsed().as_secs_f64()
         );
-        TB
+        (
+            tb,
+            format!("SELECT band FROM {tb} GROUP BY band HAVING count(*) + max(n) > {cap}"),
+        )
     };
-    // Keys shared by more than the cap: few (well under 1% of keys), so
-    // they are kept once and anti-joined, rather than semi-joining the
-    // millions of small ones.
-    let counted = if is_mention {
-        format!("SELECT band FROM {PB}")
-    } else {
-        format!("SELECT band FROM {PB} UNION ALL SELECT band FROM {TB}")
-    };
-    materialize(
-        ctx,
-        BIG,
-        &format!(
-            "SELECT band FROM ({counted}) GROUP BY band HAVING count(*) > {cap}",
-            cap = spec.lsh_max_bucket
-        ),
-    )
-    .await?;
+    materialize(ctx, big, &big_sql).await?;
     // Mention pairs are symmetric: each is kept once, before scoring.
     let keep = if is_mention { "p.id < t.id" } else { "true" };
     // Scored on the folded names alone, which keeps about one pair in
@@ -920,10 +977,10 @@ async fn fuzzy_pairs(
     // the name join's).
     materialize(
         ctx,
-        SCORED,
+        scored,
         &format!(
-            "WITH p AS (SELECT b.id, b.band FROM {PB} b LEFT ANTI JOIN {BIG} g ON b.band = g.band), \
-             t AS (SELECT b.id, b.band FROM {targets} b LEFT ANTI JOIN {BIG} g ON b.band = g.band), \
+            "WITH p AS (SELECT b.id, b.band FROM {PB} b LEFT ANTI JOIN {big} g ON b.band = g.band), \
+             t AS (SELECT b.id, b.band FROM {targets} b LEFT ANTI JOIN {big} g ON b.band = g.band), \
              pairs AS (SELECT DISTINCT p.id AS mention_id, t.id AS target FROM p JOIN t ON p.band = t.band \
                WHERE {keep}), \
              scored AS (SELECT pairs.mention_id, pairs.target, \
@@ -938,7 +995,7 @@ async fn fuzzy_pairs(
     tracing::debug!("fuzzy: scored pairs at {:.2} s", t0.elapsed().as_secs_f64());
     let sql = format!(
         "SELECT k.mention_id, k.target, k.score, CAST(1 AS BIGINT) AS n, s.name, s.labels, {s_ids} AS ids \
-         FROM {SCORED} k JOIN ({probe}) m ON m.mention_id = k.mention_id \
+         FROM {scored} k JOIN ({probe}) m ON m.mention_id = k.mention_id \
          JOIN ({side}) s ON s.target = k.target \
          WHERE chains_compatible(m.labels, s.labels)"
     );
@@ -950,12 +1007,18 @@ async fn fuzzy_pairs(
         t0.elapsed().as_secs_f64()
     );
     for b in &batches {
-        decode_pairs(b, Kind::Fuzzy, is_mention, out)?;
+        decode_pairs(b, Kind::Fuzzy, is_mention, &mut out)?;
     }
-    let _ = ctx.deregister_table(TB);
-    let _ = ctx.deregister_table(BIG);
-    let _ = ctx.deregister_table(SCORED);
-    Ok(())
+    let _ = ctx.deregister_table(tb);
+    let _ = ctx.deregister_table(big);
+    let _ = ctx.deregister_table(scored);
+    tracing::debug!(
+        "Fuzzy candidates against {}: {} pairs in {:.2} s",
+        if is_mention { "mentions" } else { nodes },
+        out.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(out)
 }
 
 /// Name of the scratch table of the probing mentions' identity keys
@@ -966,6 +1029,10 @@ const PK: &str = "resolve_probe_identity_keys";
 /// Name of the scratch table of the probing mentions' band keys (`id`,
 /// `band`), built once by [`probe_bands`] for both sides' fuzzy joins.
 const PB: &str = "resolve_probe_bands";
+
+/// Name of the scratch table of the probing mentions' distinct band keys
+/// and how many mentions have each (`band`, `n`), built with [`PB`].
+const PBC: &str = "resolve_probe_band_counts";
 
 /// The probing mentions' name stems ([`crate::text::name_stems`]), one row
 /// per stem.
@@ -994,7 +1061,7 @@ async fn name_stems_table(ctx: &SessionContext, probe: &str) -> Result<usize, Da
         .map_err(|e| e.context(format!("counting the rows of {STEMS}")))
 }
 
-/// Builds [`PB`] from the probing mentions.
+/// Builds [`PB`] and [`PBC`] from the probing mentions.
 async fn probe_bands(ctx: &SessionContext, probe: &str) -> Result<(), DataFusionError> {
     let t0 = std::time::Instant::now();
     materialize(
@@ -1003,6 +1070,12 @@ async fn probe_bands(ctx: &SessionContext, probe: &str) -> Result<(), DataFusion
         &format!(
             "SELECT mention_id AS id, unnest(name_bands(group_id, folded)) AS band FROM ({probe})"
         ),
+    )
+    .await?;
+    materialize(
+        ctx,
+        PBC,
+        &format!("SELECT band, count(*) AS n FROM {PB} GROUP BY band"),
     )
     .await?;
     tracing::debug!(
@@ -1686,16 +1759,19 @@ pub async fn resolve_entities(
         restore_join_thresholds(ctx, before);
         pairs?
     };
+    // A million mentions' names and attributes are read again here: on
+    // all cores, since the rules wait for them.
+    use rayon::prelude::*;
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
     let keys = spec.name_keys();
     let multiword = mentions
-        .iter()
+        .par_iter()
         .map(|m| keys.folded(&normalize_name(&m.name)).contains(' '))
         .collect();
     // The same keys the `identity_keys` UDF gives and nodes store.
     let identity_keys = crate::text::IdentityKeys::new(identity.clone());
     let ids = mentions
-        .iter()
+        .par_iter()
         .map(|m| {
             m.chain
                 .last()
