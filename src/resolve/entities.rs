@@ -414,18 +414,26 @@ pub async fn candidates(
     };
     let (keys, stems) =
         futures::future::try_join(node_keys(ctx, nodes, spec, identity), mention_tables).await?;
-    let node_side = format!(
-        "SELECT short_id AS target, group_id, name, {folded} AS folded, {bands} AS bands, type, labels, \
+    let node_side = Side {
+        sql: format!(
+            "SELECT short_id AS target, group_id, name, {folded} AS folded, {bands} AS bands, type, labels, \
          {id_columns} FROM {nodes}",
-        folded = keys.folded,
-        bands = keys.bands,
-        id_columns = keys.ids.columns(),
-    );
-    let mention_side = format!(
-        "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, \
+            folded = keys.folded,
+            bands = keys.bands,
+            id_columns = keys.ids.columns(),
+        ),
+        ids: keys.ids,
+        is_mention: false,
+    };
+    let mention_side = Side {
+        sql: format!(
+            "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, \
          name_bands(group_id, fold_name(name_normalized)) AS bands, type, labels, {id_columns} FROM {m}",
-        id_columns = Ids::Computed.columns(),
-    );
+            id_columns = Ids::Computed.columns(),
+        ),
+        ids: Ids::Computed,
+        is_mention: true,
+    };
     // The exact joins of each side and the fuzzy joins share only the
     // scratch tables built above, so they run at once: each leaves a core
     // idle while it builds a hash table or gathers partitions, and the
@@ -443,16 +451,16 @@ pub async fn candidates(
         }
         probe_bands(ctx, &probe).await?;
         let (mut out, from_mentions) = futures::future::try_join(
-            fuzzy_pairs(ctx, &pass, &node_side, &keys.ids, false),
-            fuzzy_pairs(ctx, &pass, &mention_side, &Ids::Computed, true),
+            fuzzy_pairs(ctx, &pass, &node_side),
+            fuzzy_pairs(ctx, &pass, &mention_side),
         )
         .await?;
         out.extend(from_mentions);
         Ok(out)
     };
     let (mut out, from_mentions, fuzzy) = futures::future::try_join3(
-        exact_pairs(ctx, &pass, &node_side, &keys.ids, false),
-        exact_pairs(ctx, &pass, &mention_side, &Ids::Computed, true),
+        exact_pairs(ctx, &pass, &node_side),
+        exact_pairs(ctx, &pass, &mention_side),
         fuzzy,
     )
     .await?;
@@ -479,6 +487,18 @@ pub async fn candidates(
     Ok(out)
 }
 
+/// What the run's mentions are matched against: the committed nodes or
+/// the run's other mentions.
+struct Side {
+    /// Its rows: `target`, `group_id`, `name`, `folded`, `bands`, `type`,
+    /// `labels` and the columns of [`Ids::columns`].
+    sql: String,
+    /// Where its identity keys come from.
+    ids: Ids,
+    /// Whether it is the run's mentions.
+    is_mention: bool,
+}
+
 /// What the candidate joins of both sides ([`exact_pairs`],
 /// [`fuzzy_pairs`]) read.
 struct SidePass<'a> {
@@ -494,15 +514,14 @@ struct SidePass<'a> {
 }
 
 /// The name, longer-name, identity and partial candidate pairs of the
-/// probing mentions against one side: the committed nodes (`side` reads
-/// `nodes`) or the run's other mentions (`is_mention`).
+/// probing mentions against one side.
 async fn exact_pairs(
     ctx: &SessionContext,
     pass: &SidePass<'_>,
-    side: &str,
-    ids: &Ids,
-    is_mention: bool,
+    side: &Side,
 ) -> Result<Vec<Pair>, DataFusionError> {
+    let (ids, is_mention) = (&side.ids, side.is_mention);
+    let side = side.sql.as_str();
     let SidePass {
         nodes,
         spec,
@@ -920,10 +939,10 @@ pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
 async fn fuzzy_pairs(
     ctx: &SessionContext,
     pass: &SidePass<'_>,
-    side: &str,
-    ids: &Ids,
-    is_mention: bool,
+    side: &Side,
 ) -> Result<Vec<Pair>, DataFusionError> {
+    let (ids, is_mention) = (&side.ids, side.is_mention);
+    let side = side.sql.as_str();
     let SidePass {
         nodes, spec, probe, ..
     } = *pass;
@@ -1376,13 +1395,19 @@ impl Clusters {
                 *self.stats.pairs.entry(name).or_default() += n;
             }
         }
-        let mut by_mention: BTreeMap<usize, Vec<&Pair>> = BTreeMap::new();
-        for p in pairs {
-            by_mention.entry(p.mention).or_default().push(p);
-        }
+        // Each mention's pairs, in mention order and, within a mention, in
+        // the order given. Candidates come sorted by mention, so the
+        // stable sort only checks that (a map of a million lists cost a
+        // tenth of a second and as many allocations).
+        let mut sorted: Vec<&Pair> = pairs.iter().collect();
+        sorted.sort_by_key(|p| p.mention);
+        let by_mention: Vec<(usize, &[&Pair])> = sorted
+            .chunk_by(|a, b| a.mention == b.mention)
+            .map(|list| (list[0].mention, list))
+            .collect();
         let mut open: BTreeMap<usize, Ambiguity> = BTreeMap::new();
         // 1. Against committed nodes.
-        for (&m, list) in &by_mention {
+        for &(m, list) in &by_mention {
             let nodes = |kind: Kind, min: f64| -> Vec<&Pair> {
                 let mut seen = BTreeSet::new();
                 list.iter()
@@ -1501,7 +1526,7 @@ impl Clusters {
         open.retain(|_, a| !a.options.is_empty());
         // 3. Partial names.
         if spec.partial_names {
-            for (&m, list) in &by_mention {
+            for &(m, list) in &by_mention {
                 let partial: Vec<&Pair> = list
                     .iter()
                     .copied()
@@ -1557,7 +1582,7 @@ impl Clusters {
                 })
             })
             .collect();
-        for (&m, list) in &by_mention {
+        for &(m, list) in &by_mention {
             if open.contains_key(&m) {
                 continue;
             }
