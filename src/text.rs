@@ -127,9 +127,10 @@ pub fn name_similarity(a: &str, b: &str) -> f64 {
     }
 }
 
-/// The packed 3-shingles [`shingle_hashes`] hashes, written into `buf`,
-/// sorted and without repeats;
-/// the count, or `None` when the name has more shingles than `buf` holds.
+/// The 3-shingles of a normalised name as the packed values that
+/// [`shingle_hashes`] hashes, written into `buf`, sorted and without
+/// repeats; the count, or `None` when the name has more shingles than
+/// `buf` holds.
 fn stack_shingles(normalized: &str, buf: &mut [u64]) -> Option<usize> {
     let space = u64::from(' ');
     let mut chars = normalized

@@ -36,6 +36,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
+use rayon::prelude::*;
 
 use super::{ResolveSpec, name_similarity, normalize_name};
 use crate::text::MAY_CHANGE;
@@ -417,7 +418,7 @@ pub async fn candidates(
     let node_side = Side {
         sql: format!(
             "SELECT short_id AS target, group_id, name, {folded} AS folded, {bands} AS bands, type, labels, \
-         {id_columns} FROM {nodes}",
+             {id_columns} FROM {nodes}",
             folded = keys.folded,
             bands = keys.bands,
             id_columns = keys.ids.columns(),
@@ -428,7 +429,7 @@ pub async fn candidates(
     let mention_side = Side {
         sql: format!(
             "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, \
-         name_bands(group_id, fold_name(name_normalized)) AS bands, type, labels, {id_columns} FROM {m}",
+             name_bands(group_id, fold_name(name_normalized)) AS bands, type, labels, {id_columns} FROM {m}",
             id_columns = Ids::Computed.columns(),
         ),
         ids: Ids::Computed,
@@ -478,7 +479,6 @@ pub async fn candidates(
     }
     // Partitions finish in any order; the rules see one order, so a
     // re-run decides the same way.
-    use rayon::slice::ParallelSliceMut;
     out.par_sort_by(|a, b| {
         (a.mention, a.kind, a.target)
             .cmp(&(b.mention, b.kind, b.target))
@@ -1701,7 +1701,6 @@ pub struct Resolved {
 /// first: walking a million mentions' strings one by one took 2.6 s of a
 /// 1M x 10M resolution, most of it waiting on memory.
 fn distinct_mentions(all: &[MentionKey]) -> (Vec<usize>, Vec<usize>) {
-    use rayon::prelude::*;
     use std::hash::BuildHasher;
     /// A mention by its precomputed hash; equal hashes compare the keys.
     struct Hashed<'a>(u64, &'a MentionKey);
@@ -1786,7 +1785,6 @@ pub async fn resolve_entities(
     };
     // A million mentions' names and attributes are read again here: on
     // all cores, since the rules wait for them.
-    use rayon::prelude::*;
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
     let keys = spec.name_keys();
     let multiword = mentions
