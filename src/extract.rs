@@ -656,8 +656,9 @@ fn dropped(stage: Stage, episode: &Episode, notes: Vec<String>) -> Vec<Rejected>
         .map(|note| Rejected {
             stage,
             episode_id: episode.episode_id.clone(),
-            // A cut says so itself; other notes are items past a bound.
-            reason: if note.starts_with("the reply was cut") {
+            // A reply cut at its bound or stopped in a loop says so
+            // itself; other notes are items past a bound.
+            reason: if note.starts_with("the reply was ") {
                 note
             } else {
                 format!("the reply broke a bound of its schema: {note}")

@@ -314,6 +314,8 @@ struct Settings {
     timeout: Duration,
     retry: RetryPolicy,
     extra_body: serde_json::Map<String, Value>,
+    /// Chat replies streamed, and stopped when they loop.
+    stream: bool,
     price_prompt: Option<f64>,
     price_completion: Option<f64>,
     /// Batch prices as a share of the sync prices.
@@ -501,6 +503,7 @@ impl LlmClient {
                     max: Duration::from_millis(spec.backoff_max_ms),
                 },
                 extra_body: spec.extra_body.clone(),
+                stream: spec.stream,
                 price_prompt: spec.price_per_1m_prompt_tokens,
                 price_completion: spec.price_per_1m_completion_tokens,
                 batch_price_factor: spec.batch.price_factor,
@@ -761,6 +764,13 @@ impl LlmClient {
                     header("retry-after").as_deref(),
                     header("retry-after-ms").as_deref(),
                 );
+                let streamed = body["stream"] == true
+                    && header("content-type").is_some_and(|t| t.starts_with("text/event-stream"));
+                if streamed {
+                    return read_events(resp)
+                        .await
+                        .map(|bytes| (status, bytes, retry_after));
+                }
                 match resp.bytes().await {
                     Ok(bytes) => Ok((status, bytes, retry_after)),
                     Err(e) => Err(format!("reading the reply failed: {}", e.without_url())),
@@ -1068,7 +1078,12 @@ impl LlmClient {
         let mut spent = Spent::default();
         let mut repaired = false;
         let result: Result<(T, String, Vec<String>), LlmError> = loop {
-            let body = self.chat_body(&messages, schema, req.max_tokens, level);
+            let mut body = self.chat_body(&messages, schema, req.max_tokens, level);
+            if self.settings.stream {
+                // Not in chat_body: a Batch API request cannot stream.
+                body["stream"] = json!(true);
+                body["stream_options"] = json!({"include_usage": true});
+            }
             let est = estimate_tokens(&messages) + req.max_tokens as u64;
             let exchange = match self
                 .exchange(req.stage, "chat/completions", &body, est, Some(level))
@@ -1101,9 +1116,10 @@ impl LlmClient {
                 reported_tokens(&b["usage"]["completion_tokens"], bound)
                     .unwrap_or_else(|| (content.chars().count() as u64).div_ceil(4)),
             );
-            if b["choices"][0]["finish_reason"] == "length" {
+            let finish = &b["choices"][0]["finish_reason"];
+            if finish == "length" || finish == STOPPED_REPEATING {
                 // The items completed before the cut are kept; asking
-                // again would run into the same bound.
+                // again would run into the same bound (or loop).
                 break match reply::parse_cut::<T>(&content, schema) {
                     Ok((value, dropped)) => Ok((value, content, dropped)),
                     Err(_) => Err(LlmError::Truncated {
@@ -1422,6 +1438,76 @@ impl LlmClient {
 }
 
 /// The message of an OpenAI-style error body, or the body's start.
+/// The `finish_reason` of a streamed reply that [`read_events`] stopped
+/// because it began to repeat its items.
+const STOPPED_REPEATING: &str = "repeating";
+
+/// Reads a streamed chat completion (server-sent events of
+/// `chat.completion.chunk`s) into the body of one `chat.completion`, so
+/// that the rest of the client reads it as it reads any reply. A reply
+/// that begins to repeat its items ([`reply::RepeatWatch`]) is stopped
+/// there: dropping the response closes the connection, which tells the
+/// server to stop writing. Its `finish_reason` is then
+/// [`STOPPED_REPEATING`] and its completion tokens are the chunks read
+/// (one token each from llama.cpp and vLLM).
+async fn read_events(mut resp: reqwest::Response) -> Result<bytes::Bytes, String> {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut content = String::new();
+    let (mut finish, mut usage, mut chunks) = (Value::Null, Value::Null, 0u64);
+    let mut watch = reply::RepeatWatch::default();
+    'read: loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err("the streamed reply did not end in time".into()),
+            Err(e) => return Err(format!("reading the reply failed: {}", e.without_url())),
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else {
+                continue;
+            };
+            if data == "[DONE]" {
+                break 'read;
+            }
+            let event: Value = serde_json::from_str(data)
+                .map_err(|e| format!("a streamed event is not JSON: {e}"))?;
+            if let Some(message) = event["error"]["message"].as_str() {
+                return Err(format!("the server failed mid-reply: {message}"));
+            }
+            let choice = &event["choices"][0];
+            if let Some(piece) = choice["delta"]["content"].as_str() {
+                content.push_str(piece);
+                chunks += 1;
+            }
+            if choice["finish_reason"].is_string() {
+                finish = choice["finish_reason"].clone();
+            }
+            if event["usage"].is_object() {
+                usage = event["usage"].clone();
+            }
+            if finish.is_null() && watch.feed(&content) {
+                tracing::debug!("a reply began to repeat its items; stopped after {chunks} chunks");
+                finish = json!(STOPPED_REPEATING);
+                usage = json!({"completion_tokens": chunks});
+                break 'read;
+            }
+        }
+    }
+    let body = json!({
+        "object": "chat.completion",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": finish,
+        }],
+        "usage": usage,
+    });
+    Ok(bytes::Bytes::from(body.to_string()))
+}
+
 fn error_message(body: &str) -> String {
     serde_json::from_str::<Value>(body)
         .ok()

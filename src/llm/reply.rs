@@ -119,10 +119,111 @@ pub fn parse_cut<T: DeserializeOwned>(
 ) -> Result<(T, Vec<String>), String> {
     let (text, kept) = salvage(content).ok_or("the reply was cut before it completed any item")?;
     let (value, mut notes) = parse_within(&text, schema)?;
-    notes.push(format!(
-        "the reply was cut at its max_tokens bound; the {kept} item(s) it completed are kept and the one it was writing is lost"
-    ));
+    let mut watch = RepeatWatch::default();
+    notes.push(if watch.feed(content) {
+        format!(
+            "the reply was stopped when it began to repeat its items ({} repeated word for word); the {kept} item(s) it completed are kept",
+            watch.repeats()
+        )
+    } else {
+        format!(
+            "the reply was cut at its max_tokens bound; the {kept} item(s) it completed are kept and the one it was writing is lost"
+        )
+    });
     Ok((value, notes))
+}
+
+/// Items of one list a streamed reply may repeat word for word before it
+/// is stopped ([`RepeatWatch`]). Two, not one: a model sometimes writes
+/// one item twice and goes on with new ones.
+pub const REPEATS_TO_STOP: usize = 2;
+
+/// Watches a reply as it streams in for a model caught in a loop: small
+/// models at temperature 0 sometimes write the same few items over and
+/// over until `max_tokens` (12 facts of which 1 distinct, 1,000 tokens).
+/// Measured on the example corpora, such replies were a tenth of the calls
+/// and over a fifth of all completion tokens. The watch reads the elements
+/// of each list in the reply's outer value (as [`salvage`] does), without
+/// the whitespace outside strings, and says to stop once
+/// [`REPEATS_TO_STOP`] of them have repeated an earlier element of their
+/// list. It knows JSON, not prompts.
+#[derive(Debug, Default)]
+pub struct RepeatWatch {
+    /// Bytes of the reply read so far.
+    read: usize,
+    stack: Vec<u8>,
+    in_string: bool,
+    escaped: bool,
+    /// The element being read, when one is.
+    item: Option<Vec<u8>>,
+    /// The elements of the list being read.
+    items: std::collections::HashSet<Vec<u8>>,
+    repeats: usize,
+}
+
+impl RepeatWatch {
+    /// Reads `content`, the reply so far (each call with all of it: only
+    /// what is new is read), and says whether the reply should be stopped.
+    pub fn feed(&mut self, content: &str) -> bool {
+        let new = content.as_bytes().get(self.read..).unwrap_or_default();
+        self.read = content.len();
+        for &b in new {
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                if let Some(item) = &mut self.item {
+                    item.push(b);
+                }
+                continue;
+            }
+            if b.is_ascii_whitespace() {
+                continue;
+            }
+            let lists = |stack: &[u8]| stack.iter().filter(|&&b| b == b'[').count();
+            match b {
+                b'"' => self.in_string = true,
+                b'[' if lists(&self.stack) == 0 => {
+                    // A new outer list: its elements are compared among
+                    // themselves (`{"facts": {"Dana": […], "Acme": […]}}`).
+                    self.items.clear();
+                    self.stack.push(b);
+                    continue;
+                }
+                b'{' | b'[' => {
+                    if self.stack.last() == Some(&b'[') && lists(&self.stack) == 1 {
+                        self.item = Some(Vec::new());
+                    }
+                    self.stack.push(b);
+                }
+                b'}' | b']' => {
+                    self.stack.pop();
+                    if self.stack.last() == Some(&b'[') && lists(&self.stack) == 1 {
+                        if let Some(mut item) = self.item.take() {
+                            item.push(b);
+                            if !self.items.insert(item) {
+                                self.repeats += 1;
+                            }
+                        }
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            if let Some(item) = &mut self.item {
+                item.push(b);
+            }
+        }
+        self.repeats >= REPEATS_TO_STOP
+    }
+
+    /// Elements read so far that repeated an earlier one of their list.
+    pub fn repeats(&self) -> usize {
+        self.repeats
+    }
 }
 
 /// The JSON a reply cut mid-way holds in full: its text up to the last
@@ -465,5 +566,57 @@ mod tests {
         // Nothing completed: nothing to keep.
         assert_eq!(salvage(r#"{"entities": [{"name": "Ac"#), None);
         assert!(parse_cut::<Reply>(r#"{"entities": [{"na"#, &serde_json::json!({})).is_err());
+    }
+
+    #[test]
+    fn a_reply_that_loops_is_stopped_at_its_second_repeat_and_keeps_its_distinct_items() {
+        let fact = |n: u32| {
+            format!(
+                r#"{{"source": "Dana", "target": "Acme {n}", "fact": "Dana signed {{x}}, \"ok\"."}}"#
+            )
+        };
+        // Pretty-printed or not, the same element is the same element.
+        let looping = format!(
+            "{{\"facts\": [\n  {},\n  {},\n{},{}, {}",
+            fact(1),
+            fact(2),
+            fact(1).replace(r#"", ""#, "\",\n    \""),
+            fact(2),
+            fact(3)
+        );
+        let mut watch = RepeatWatch::default();
+        // Fed as it streams in, a few bytes at a time.
+        let mut stopped_at = None;
+        for end in (1..=looping.len()).filter(|&i| looping.is_char_boundary(i)) {
+            if watch.feed(&looping[..end]) {
+                stopped_at = Some(end);
+                break;
+            }
+        }
+        let end = stopped_at.expect("two repeats stop the reply");
+        assert_eq!(watch.repeats(), REPEATS_TO_STOP);
+        assert!(
+            looping[..end].ends_with(&fact(2)),
+            "stops right after the second repeat"
+        );
+        // What was read up to there is kept, with a note that says why.
+        let (value, notes): (Value, _) =
+            parse_cut(&looping[..end], &serde_json::json!({})).expect("salvaged");
+        assert_eq!(value["facts"].as_array().map(Vec::len), Some(4));
+        assert!(
+            notes[0].contains("began to repeat its items (2 repeated"),
+            "{notes:?}"
+        );
+
+        // One repeat is not a loop; different lists, nested lists and
+        // strings that hold brackets are not repeats.
+        let mut watch = RepeatWatch::default();
+        let fine = r#"{"facts": {"Dana": [{"t": "A"}, {"t": "A"}, {"t": "B ]} [{"}],
+                       "Bob": [{"t": "A"}, {"t": "B"}, {"t": "[{"t": "A"}]"}]}}"#;
+        assert!(!watch.feed(fine));
+        assert_eq!(watch.repeats(), 1);
+        let mut watch = RepeatWatch::default();
+        assert!(!watch.feed(r#"{"items": [{"id": 1, "tags": [{"a": 1}, {"a": 1}, {"a": 1}]}]}"#));
+        assert_eq!(watch.repeats(), 0);
     }
 }

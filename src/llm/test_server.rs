@@ -13,7 +13,8 @@
 //!
 //! * `POST /v1/chat/completions`: an OpenAI chat completion. The reply is
 //!   decided by the scripted replies ([`TestServer::push_replies`]), then by
-//!   [`Behavior::responder`].
+//!   [`Behavior::responder`]. With `stream: true` a 200 comes as
+//!   server-sent events, a chunk per token of its content.
 //! * `POST /v1/embeddings`: 8-dimensional, L2-normalised embeddings that
 //!   are a deterministic function of each input's text
 //!   ([`embedding_of`]).
@@ -26,7 +27,7 @@
 //! * Anything else: 404 with an OpenAI error JSON.
 //!
 //! A malformed request (a body that is not JSON, no `model`, no or empty
-//! `messages`, an unknown role, `stream: true`, ...) gets a 400 with an
+//! `messages`, an unknown role, a `stream` that is not a boolean, ...) gets a 400 with an
 //! OpenAI error JSON (`{"error":{"message","type":"invalid_request_error",
 //! "param","code"}}`).
 //!
@@ -1121,9 +1122,12 @@ fn parse_chat(
         };
         parsed.push((role.to_owned(), content));
     }
-    if map.get("stream").and_then(Value::as_bool) == Some(true) {
+    if map
+        .get("stream")
+        .is_some_and(|v| !v.is_null() && !v.is_boolean())
+    {
         return Err(BadRequest::new(
-            "stream=true is not supported by the graphloom test server",
+            "Invalid type for 'stream': expected a boolean.",
             Some("stream"),
         ));
     }
@@ -1484,13 +1488,77 @@ async fn resolve_reply(
 /// The action for a reply, with the completion tokens it reports; `id` is
 /// the `chat.completion`'s id.
 fn reply_action(reply: Reply, id: &str, view: &ChatRequestView, prompt: u64) -> (Action, u64) {
+    let (action, tokens) = reply_action_whole(reply, id, view, prompt);
+    match action {
+        Action::Respond(resp) if resp.status == 200 && view.body["stream"] == true => {
+            (Action::Respond(event_stream(&resp, view)), tokens)
+        }
+        other => (other, tokens),
+    }
+}
+
+/// A `chat.completion` as the server-sent events of a streamed one: a
+/// `chat.completion.chunk` per token of its content (4 characters, the
+/// server's counting rule), one with the `finish_reason`, one with the
+/// usage when `stream_options.include_usage` asks for it, and `[DONE]`.
+fn event_stream(whole: &Response, view: &ChatRequestView) -> Response {
+    let completion: Value = serde_json::from_slice(&whole.body).unwrap_or(Value::Null);
+    let chunk = |delta: Value, finish: &Value| {
+        json!({
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        &Value::Null,
+    )];
+    let content: Vec<char> = completion["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .collect();
+    for piece in content.chunks(4) {
+        let piece: String = piece.iter().collect();
+        events.push(chunk(json!({"content": piece}), &Value::Null));
+    }
+    events.push(chunk(json!({}), &completion["choices"][0]["finish_reason"]));
+    if view.body["stream_options"]["include_usage"] == true {
+        let mut last = chunk(json!({}), &Value::Null);
+        last["choices"] = json!([]);
+        last["usage"] = completion["usage"].clone();
+        events.push(last);
+    }
+    let mut body = String::new();
+    for event in events {
+        body.push_str(&format!("data: {event}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Response {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: body.into_bytes(),
+        close: whole.close,
+    }
+}
+
+/// [`reply_action`] before streaming.
+fn reply_action_whole(
+    reply: Reply,
+    id: &str,
+    view: &ChatRequestView,
+    prompt: u64,
+) -> (Action, u64) {
     let completion = |content: String, finish: &str| {
         let tokens = completion_tokens(&content);
         let resp = completion_response(id, &view.model, &content, finish, prompt, tokens);
         (Action::Respond(resp), tokens)
     };
     match reply {
-        Reply::Delayed { reply, .. } => reply_action(*reply, id, view, prompt),
+        Reply::Delayed { reply, .. } => reply_action_whole(*reply, id, view, prompt),
         Reply::Content(content) => completion(content, "stop"),
         Reply::Length(content) => completion(content, "length"),
         Reply::ContentWithUsage {

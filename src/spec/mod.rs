@@ -277,6 +277,11 @@ pub struct LlmSpec {
     /// Extra fields merged into every chat request body, e.g.
     /// `{ cache_prompt = false }` for llama.cpp, `{ seed = 7 }`.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Whether chat replies are streamed (server-sent events), so that a
+    /// reply whose items begin to repeat word for word is stopped there
+    /// instead of running on to `max_tokens` (the items it completed are
+    /// kept). Needs a server that streams (OpenAI, vLLM, llama.cpp).
+    pub stream: bool,
     /// `sync` (calls answered as they are made) or `batch` (each stage's
     /// calls go to the provider's Batch API, answered within its
     /// completion window at its batch price).
@@ -437,6 +442,7 @@ impl Default for LlmSpec {
             embedding_model: None,
             embedding_base_url: None,
             extra_body: serde_json::Map::new(),
+            stream: false,
             mode: LlmMode::Sync,
             batch: BatchSpec::default(),
             endpoints: Vec::new(),

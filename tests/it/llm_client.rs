@@ -628,3 +628,73 @@ async fn embeddings_use_the_endpoint_and_the_cache() {
         "the second call was answered by the cache"
     );
 }
+
+/// A client of `server` with `llm.stream` on.
+fn streaming_client(server: &TestServer) -> LlmClient {
+    let streaming = LlmSpec {
+        stream: true,
+        ..spec(server)
+    };
+    LlmClient::with_key(&streaming, None, None, "run").expect("client")
+}
+
+#[tokio::test]
+async fn a_streamed_reply_reads_as_the_whole_one_with_the_servers_usage() {
+    let server = server_with(vec![]).await;
+    let client = streaming_client(&server);
+    let reply = client
+        .chat_json::<Entities>(request("Acme Corp sent PO 1."))
+        .await
+        .expect("reply");
+    assert_eq!(reply.value.entities[0].name, "Acme Corp");
+    assert!(reply.dropped.is_empty(), "{:?}", reply.dropped);
+    let seen = server.requests();
+    assert_eq!(seen[0].body["stream"], true);
+    assert_eq!(seen[0].body["stream_options"]["include_usage"], true);
+    let rows = client.take_calls();
+    assert_eq!(rows[0].prompt_tokens as u64, seen[0].prompt_tokens);
+    assert_eq!(rows[0].completion_tokens as u64, seen[0].completion_tokens);
+}
+
+#[tokio::test]
+async fn a_streamed_reply_that_loops_is_stopped_and_keeps_what_it_completed() {
+    // A model caught in a loop: two entities, then the same two again and
+    // again, until max_tokens.
+    let item = |name: &str| format!(r#"{{"name":"{name}","type":"Company"}}"#);
+    let mut items = vec![item("Acme Corp"), item("Globex")];
+    for _ in 0..40 {
+        items.push(item("Acme Corp"));
+        items.push(item("Globex"));
+    }
+    let looping = format!(r#"{{"entities":[{}"#, items.join(","));
+    let server = server_with(vec![Reply::Length(looping)]).await;
+    let client = streaming_client(&server);
+    let reply = client
+        .chat_json::<Entities>(request("Acme Corp and Globex."))
+        .await
+        .expect("the completed items are kept");
+    let names: Vec<&str> = reply
+        .value
+        .entities
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["Acme Corp", "Globex", "Acme Corp", "Globex"]);
+    assert!(
+        reply
+            .dropped
+            .iter()
+            .any(|n| n.contains("began to repeat its items")),
+        "{:?}",
+        reply.dropped
+    );
+    // Only what was read is counted: the 4 items, not the 82 written.
+    let rows = client.take_calls();
+    let whole = server.requests()[0].completion_tokens;
+    assert!(
+        (rows[0].completion_tokens as u64) * 10 < whole,
+        "{} of {whole}",
+        rows[0].completion_tokens
+    );
+    assert_eq!(server.requests().len(), 1, "a loop is not asked again");
+}

@@ -125,6 +125,63 @@ async fn chat_reply_has_the_openai_shape_and_usage() {
 }
 
 #[tokio::test]
+async fn a_streamed_chat_reply_comes_as_server_sent_events_with_usage_last() {
+    let content = r#"{"facts": ["Alice joined Acme in 2020."]}"#;
+    let server = server(Behavior::with_responder(move |_| {
+        Reply::Content(content.into())
+    }))
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", server.base_url());
+    let mut body = chat_body("Alice joined Acme in 2020.");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let resp = post(&client, &url, &body).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let text = resp.text().await.expect("body");
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").expect("a data line"))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("a JSON event"))
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    // The pieces make up the content; the finish reason comes after them,
+    // the usage last, in a chunk without choices.
+    let written: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(written, content);
+    let n = chunks.len();
+    assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chunks[n - 1]["choices"], json!([]));
+    let recorded = &server.requests()[0];
+    assert_eq!(
+        chunks[n - 1]["usage"]["completion_tokens"],
+        recorded.completion_tokens
+    );
+    // One chunk per token of the server's counting rule (and the role).
+    let pieces = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"]["content"].is_string())
+        .count();
+    assert_eq!(pieces as u64, 1 + recorded.completion_tokens);
+}
+
+#[tokio::test]
 async fn default_behavior_answers_an_empty_json_object() {
     let server = server(Behavior::default()).await;
     let client = reqwest::Client::new();
@@ -508,7 +565,7 @@ async fn malformed_requests_get_openai_400s() {
         json!({"model": "m", "messages": [{"role": "wizard", "content": "hi"}]}),
         json!({"model": "m", "messages": [{"role": "user"}]}),
         json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "9"}),
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}),
     ];
     for body in &bad_bodies {
         let resp = post(&client, &url, body).await;

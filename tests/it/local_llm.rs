@@ -14,12 +14,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
 struct Extracted {
     entities: Vec<Mention>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
 struct Mention {
     name: String,
     #[serde(rename = "type")]
@@ -126,6 +126,28 @@ async fn the_local_model_answers_structured_calls_through_the_client() {
         reply.usage.completion_tokens,
         rows[0].latency_ms,
         reply.value.entities
+    );
+
+    // Streamed (`llm.stream`), llama-server's events read back into the
+    // same answer, with its own token counts. The prompt cache is off, so
+    // the greedy reply is the one above.
+    let streaming = LlmSpec {
+        stream: true,
+        ..spec
+    };
+    let client = LlmClient::with_key(&streaming, None, None, "local").expect("client");
+    let streamed = client
+        .chat_json::<Extracted>(request())
+        .await
+        .expect("a streamed reply from the local model");
+    assert_eq!(streamed.value, reply.value, "streaming changes no answer");
+    assert_eq!(
+        (
+            streamed.usage.prompt_tokens,
+            streamed.usage.completion_tokens
+        ),
+        (reply.usage.prompt_tokens, reply.usage.completion_tokens),
+        "the usage comes from the stream's last event"
     );
 }
 
