@@ -1437,7 +1437,6 @@ impl LlmClient {
     }
 }
 
-/// The message of an OpenAI-style error body, or the body's start.
 /// The `finish_reason` of a streamed reply that [`read_events`] stopped
 /// because it began to repeat its items.
 const STOPPED_REPEATING: &str = "repeating";
@@ -1508,6 +1507,7 @@ async fn read_events(mut resp: reqwest::Response) -> Result<bytes::Bytes, String
     Ok(bytes::Bytes::from(body.to_string()))
 }
 
+/// The message of an OpenAI-style error body, or the body's start.
 fn error_message(body: &str) -> String {
     serde_json::from_str::<Value>(body)
         .ok()
