@@ -151,9 +151,7 @@ pub const REPEATS_TO_STOP: usize = 2;
 pub struct RepeatWatch {
     /// Bytes of the reply read so far.
     read: usize,
-    stack: Vec<u8>,
-    in_string: bool,
-    escaped: bool,
+    scan: JsonBytes,
     /// The element being read, when one is.
     item: Option<Vec<u8>>,
     /// The elements of the list being read.
@@ -168,48 +166,24 @@ impl RepeatWatch {
         let new = content.as_bytes().get(self.read..).unwrap_or_default();
         self.read = content.len();
         for &b in new {
-            if self.in_string {
-                match (self.escaped, b) {
-                    (true, _) => self.escaped = false,
-                    (false, b'\\') => self.escaped = true,
-                    (false, b'"') => self.in_string = false,
-                    _ => {}
-                }
-                if let Some(item) = &mut self.item {
-                    item.push(b);
-                }
-                continue;
-            }
-            if b.is_ascii_whitespace() {
-                continue;
-            }
-            let lists = |stack: &[u8]| stack.iter().filter(|&&b| b == b'[').count();
-            match b {
-                b'"' => self.in_string = true,
-                b'[' if lists(&self.stack) == 0 => {
+            let in_list = self.scan.in_outer_list();
+            match self.scan.step(b) {
+                Byte::Space => continue,
+                Byte::Open if b == b'[' && self.scan.lists() == 1 => {
                     // A new outer list: its elements are compared among
                     // themselves (`{"facts": {"Dana": […], "Acme": […]}}`).
                     self.items.clear();
-                    self.stack.push(b);
                     continue;
                 }
-                b'{' | b'[' => {
-                    if self.stack.last() == Some(&b'[') && lists(&self.stack) == 1 {
-                        self.item = Some(Vec::new());
-                    }
-                    self.stack.push(b);
-                }
-                b'}' | b']' => {
-                    self.stack.pop();
-                    if self.stack.last() == Some(&b'[') && lists(&self.stack) == 1 {
-                        if let Some(mut item) = self.item.take() {
-                            item.push(b);
-                            if !self.items.insert(item) {
-                                self.repeats += 1;
-                            }
+                Byte::Open if in_list => self.item = Some(Vec::new()),
+                Byte::Close if self.scan.in_outer_list() => {
+                    if let Some(mut item) = self.item.take() {
+                        item.push(b);
+                        if !self.items.insert(item) {
+                            self.repeats += 1;
                         }
-                        continue;
                     }
+                    continue;
                 }
                 _ => {}
             }
@@ -226,6 +200,73 @@ impl RepeatWatch {
     }
 }
 
+/// What a byte of a JSON text is, read one byte at a time by [`JsonBytes`].
+#[derive(Debug, PartialEq)]
+enum Byte {
+    /// Inside a string, its quotes included.
+    Text,
+    /// Whitespace outside strings.
+    Space,
+    /// `{` or `[`.
+    Open,
+    /// `}` or `]`.
+    Close,
+    /// Anything else: `:`, `,`, numbers, literals.
+    Other,
+}
+
+/// The state of a JSON text read one byte at a time: the open brackets
+/// and whether a string is open. Enough to find the elements of the
+/// reply's outer lists ([`salvage`], [`RepeatWatch`]) in a text that may
+/// stop anywhere.
+#[derive(Debug, Default)]
+struct JsonBytes {
+    stack: Vec<u8>,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonBytes {
+    fn step(&mut self, b: u8) -> Byte {
+        if self.in_string {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.in_string = false,
+                _ => {}
+            }
+            return Byte::Text;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                Byte::Text
+            }
+            b'{' | b'[' => {
+                self.stack.push(b);
+                Byte::Open
+            }
+            b'}' | b']' => {
+                self.stack.pop();
+                Byte::Close
+            }
+            b if b.is_ascii_whitespace() => Byte::Space,
+            _ => Byte::Other,
+        }
+    }
+
+    /// Lists open.
+    fn lists(&self) -> usize {
+        self.stack.iter().filter(|&&b| b == b'[').count()
+    }
+
+    /// Whether the innermost open bracket is an outer list: the one list
+    /// open, not one nested in an element.
+    fn in_outer_list(&self) -> bool {
+        self.stack.last() == Some(&b'[') && self.lists() == 1
+    }
+}
+
 /// The JSON a reply cut mid-way holds in full: its text up to the last
 /// element it completed in its outer array (`[…]`, `{"items": […]}`, or
 /// one list of several, `{"facts": {"Dana": […], …}}`), with the open
@@ -235,34 +276,14 @@ impl RepeatWatch {
 pub fn salvage(content: &str) -> Option<(String, usize)> {
     let start = content.find(['{', '['])?;
     let text = &content[start..];
-    let mut stack: Vec<u8> = Vec::new();
-    let (mut in_string, mut escaped) = (false, false);
+    let mut scan = JsonBytes::default();
     let mut last: Option<(usize, Vec<u8>)> = None;
     let mut kept = 0;
     for (i, b) in text.bytes().enumerate() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => stack.push(b),
-            b'}' | b']' => {
-                stack.pop();
-                // An element just ended inside the outer array: the one
-                // array open (not one nested in an item).
-                if stack.last() == Some(&b'[') && stack.iter().filter(|&&b| b == b'[').count() == 1
-                {
-                    kept += 1;
-                    last = Some((i + 1, stack.clone()));
-                }
-            }
-            _ => {}
+        if scan.step(b) == Byte::Close && scan.in_outer_list() {
+            // An element just ended inside an outer list.
+            kept += 1;
+            last = Some((i + 1, scan.stack.clone()));
         }
     }
     let (end, open) = last?;
