@@ -24,9 +24,9 @@ use crate::ontology::{
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
-use crate::values::{coerce_text, parse_time, stated_end};
+use crate::values::{coerce_text, parse_time, stated_end, stated_start};
 
-pub use crate::spec::extract::{AskedProperties, ExtractSpec};
+pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 
 /// Version of the extraction prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "extract-v3";
@@ -1164,12 +1164,18 @@ fn fact_task(ontology: &Ontology, spec: &ExtractSpec, by_source: bool) -> String
     } else {
         ""
     };
+    let valid_at = match spec.fact_start {
+        FactStart::Model => {
+            "- valid_at: the date the relationship started, when the episode gives one; else null.\n"
+        }
+        FactStart::Text => "",
+    };
     format!(
         "TASK: state every fact the CURRENT EPISODE gives about a relationship between two of the ENTITIES.\n\
          {layout}\n\
          - relation_type: the FACT TYPE whose source → target types fit the two entities' types. When none fits, a short lowercase verb phrase.{subtypes}\n\
          - fact: one short sentence that paraphrases what the episode says, with entity names instead of pronouns.\n\
-         - valid_at: the date the relationship started, when the episode gives one; else null.\n\
+         {valid_at}\
          - invalid_at: the date it ended, only when the episode says it has ended or will end (has left, no longer, former, cancelled, until a date); else null. \"X left A and joined B\" states two facts: X with A (ended) and X with B.\n\
          - Dates as YYYY-MM-DD; resolve relative dates (last Tuesday, next month, tonight) against the REFERENCE TIME.\n\
          - Only facts the current episode states or clearly implies; previous episodes only help to resolve references. No duplicates."
@@ -1232,14 +1238,17 @@ fn fact_branches<'a>(
                 "valid_at": time,
                 "invalid_at": time
             },
-            "required": ["source", "relation_type", "target", "fact", "valid_at", "invalid_at"],
             "additionalProperties": false
         });
-        if from.is_some() {
-            if let Some(p) = item["properties"].as_object_mut() {
+        if let Some(p) = item["properties"].as_object_mut() {
+            if from.is_some() {
                 p.shift_remove("source");
             }
-            item["required"] = json!(["relation_type", "target", "fact", "valid_at", "invalid_at"]);
+            if spec.fact_start == FactStart::Text {
+                p.shift_remove("valid_at");
+            }
+            let required: Vec<String> = p.keys().cloned().collect();
+            item["required"] = json!(required);
         }
         item
     };
@@ -1651,13 +1660,23 @@ pub async fn extract_facts(
             .edge_tree
             .chain(&relation)
             .unwrap_or_else(|| vec![relation.clone()]);
-        let (valid_at, invalid_at) = fact_times(
-            f.valid_at.as_deref(),
+        let reference = episode.reference_time;
+        let stated = match spec.fact_start {
+            FactStart::Model => f.valid_at,
+            FactStart::Text => {
+                stated_start(text, reference.date_naive()).map(|d| d.format("%Y-%m-%d").to_string())
+            }
+        };
+        let (mut valid_at, invalid_at) = fact_times(
+            stated.as_deref(),
             f.invalid_at.as_deref(),
             text,
-            || sentences.pair_end(s, t, episode.reference_time),
-            episode.reference_time,
+            || sentences.pair_end(s, t, reference),
+            reference,
         );
+        if spec.fact_start == FactStart::Text && valid_at.is_none() {
+            valid_at = default_start(invalid_at, reference);
+        }
         let key = (
             s,
             t,
@@ -1844,6 +1863,19 @@ impl<'a> Sentences<'a> {
             (only_pair && in_it(a) && in_it(b)).then_some(s.text)
         })
     }
+}
+
+/// The start of a fact whose text states none, when the model is not
+/// asked for it (`extract.fact_start = "text"`): the episode's time, which
+/// is when the fact is known to hold, unless the fact had ended by then
+/// (its start is then unknown).
+fn default_start(
+    invalid_at: Option<DateTime<Utc>>,
+    reference: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    invalid_at
+        .is_none_or(|end| end > reference)
+        .then_some(reference)
 }
 
 /// A fact's `valid_at` and `invalid_at` from what the model wrote, the
@@ -2303,6 +2335,63 @@ mod tests {
             ["WORKS_FOR", "(free)"],
             "subtypes are left to the walk"
         );
+    }
+
+    #[test]
+    fn a_fact_start_read_from_the_text_is_not_asked_of_the_model() {
+        let onto = hr();
+        let mentions = [mention("Dana", "Person"), mention("Acme", "Company")];
+        let keys = |spec: &ExtractSpec| -> Vec<Vec<String>> {
+            let schema = fact_item_schema(&onto, spec, &mentions);
+            let branches = schema["anyOf"].as_array().expect("branches").clone();
+            branches
+                .iter()
+                .map(|b| {
+                    let props: Vec<String> = b["properties"]
+                        .as_object()
+                        .expect("properties")
+                        .keys()
+                        .cloned()
+                        .collect();
+                    let required: Vec<String> =
+                        serde_json::from_value(b["required"].clone()).expect("required");
+                    assert_eq!(props, required, "every property is required");
+                    props
+                })
+                .collect()
+        };
+        for props in keys(&ExtractSpec::default()) {
+            assert!(props.contains(&"valid_at".to_string()), "{props:?}");
+        }
+        let text = ExtractSpec {
+            fact_start: FactStart::Text,
+            ..ExtractSpec::default()
+        };
+        for props in keys(&text) {
+            assert_eq!(
+                props,
+                ["source", "relation_type", "target", "fact", "invalid_at"]
+            );
+        }
+        // ("invalid_at" holds "valid_at": look for the rule's own line.)
+        assert!(fact_task(&onto, &ExtractSpec::default(), false).contains("- valid_at:"));
+        assert!(!fact_task(&onto, &text, false).contains("- valid_at:"));
+    }
+
+    #[test]
+    fn a_fact_without_a_stated_start_starts_at_its_episode_unless_it_had_ended() {
+        let reference = parse_time(Some("2025-02-10T09:15:00Z"))
+            .expect("time")
+            .expect("some");
+        let t = |s: &str| parse_time(Some(s)).expect("time").expect("some");
+        assert_eq!(default_start(None, reference), Some(reference));
+        assert_eq!(
+            default_start(Some(t("2025-03-31")), reference),
+            Some(reference),
+            "ends later: known to hold from the episode on"
+        );
+        assert_eq!(default_start(Some(reference), reference), None);
+        assert_eq!(default_start(Some(t("2024-12-31")), reference), None);
     }
 
     #[test]

@@ -144,6 +144,47 @@ pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
     after_end_word.or_else(|| no_longer_as_of(&words, today))
 }
 
+/// Words after which a fact sentence gives the day its relationship
+/// starts or started, with whether that day lies ahead of the sentence
+/// ("on call starting Monday") or behind it ("on the team since 3 March").
+/// "as of" is read too.
+const START_DATE_WORDS: [(&str, bool); 9] = [
+    ("since", false),
+    ("from", true),
+    ("starting", true),
+    ("starts", true),
+    ("started", false),
+    ("effective", true),
+    ("begins", true),
+    ("began", false),
+    ("beginning", true),
+];
+
+/// The day a fact sentence says its relationship starts or started,
+/// resolved against `today` (the episode's day) as [`stated_end`] resolves
+/// ends: the date right after a start word ([`START_DATE_WORDS`]) or "as
+/// of". `None` when no start word is followed by a date ("moved from
+/// Payments to Platform" names no day). A sentence that says the
+/// relationship is over ("no longer … as of 1 May") gives its end, not its
+/// start.
+pub fn stated_start(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
+    let words: Vec<String> = crate::text::words(fact).map(str::to_lowercase).collect();
+    if words.windows(2).any(|w| w[0] == "no" && w[1] == "longer") {
+        return None;
+    }
+    words.iter().enumerate().find_map(|(i, w)| {
+        let ahead = if w == "of" && i > 0 && words[i - 1] == "as" {
+            true
+        } else {
+            START_DATE_WORDS
+                .iter()
+                .find(|(word, _)| word == w)
+                .map(|(_, ahead)| *ahead)?
+        };
+        date_at(&words[i + 1..], today, ahead)
+    })
+}
+
 /// "No longer on call for Fare Engine as of 1 May": the day after "as of"
 /// (or "from", "since", "effective") that follows "no longer", behind the sentence
 /// unless it speaks of the future ("will no longer … as of 1 June").
@@ -313,6 +354,22 @@ mod tests {
             coerce_text(PropertyType::Text, "  open "),
             Some(Value::from("open"))
         );
+    }
+
+    #[test]
+    fn a_start_word_followed_by_a_date_gives_the_start() {
+        let today = NaiveDate::from_ymd_opt(2025, 3, 12).expect("date"); // a Wednesday
+        let d = |m, d| NaiveDate::from_ymd_opt(2025, m, d);
+        let start = |s| stated_start(s, today);
+        assert_eq!(start("Priya has been on the team since 3 March."), d(3, 3));
+        assert_eq!(start("Sofia is on call starting Monday."), d(3, 17));
+        assert_eq!(start("The MSA is effective 2025-04-01."), d(4, 1));
+        assert_eq!(start("Dana works for Acme as of March 1, 2025."), d(3, 1));
+        // A name after the word, no date: no start.
+        assert_eq!(start("Maya moved from Payments to Platform."), None);
+        assert_eq!(start("Grace works for Tidewell."), None);
+        // An end phrased with a start word is not a start.
+        assert_eq!(start("Tomás is no longer on call as of 1 May."), None);
     }
 
     #[test]

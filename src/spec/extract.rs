@@ -48,6 +48,24 @@ pub struct ExtractSpec {
     /// Which properties of a type the entity call and the subtype walk
     /// ask the model to write (see [`AskedProperties`]).
     pub properties: AskedProperties,
+    /// Where a model-extracted fact's start (`valid_at`) comes from (see
+    /// [`FactStart`]).
+    pub fact_start: FactStart,
+}
+
+/// Where the start of a fact the model extracts comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactStart {
+    /// The fact schema asks the model for `valid_at`.
+    #[default]
+    Model,
+    /// The schema does not ask: the start is a date the fact's sentence
+    /// writes after a start word ("since", "starting", "effective", "as
+    /// of" …), else the episode's reference time. Small models copied the
+    /// episode's date into nearly every `valid_at` they were asked for,
+    /// about a fifth of a fact's tokens.
+    Text,
 }
 
 /// Which of a type's properties a model is asked to write. Each property
@@ -99,6 +117,7 @@ impl Default for ExtractSpec {
             reject_descriptions: true,
             require_stated_pair: false,
             properties: AskedProperties::All,
+            fact_start: FactStart::Model,
         }
     }
 }

@@ -1537,6 +1537,77 @@ async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_require
     server.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fact_start_not_asked_of_the_model_comes_from_its_sentence_or_its_episode() {
+    use graphloom::extract::{ExtractSpec, FactStart, Mention, Prompts, extract_facts};
+    let (server, ontology, client) = extraction_client().await;
+    let mut episode = common::text_episode(
+        "Dana Whitcombe: Priya Raman has worked for Acme Corp since 3 March 2025. I work for Acme Corp too.",
+    );
+    episode.reference_time = chrono::DateTime::parse_from_rfc3339("2025-06-02T10:00:00Z")
+        .expect("time")
+        .to_utc();
+    let mention = |name: &str, kind: &str| Mention {
+        episode_id: "ep-1".into(),
+        name: name.into(),
+        chain: vec![kind.into()],
+        attributes: Default::default(),
+        context: String::new(),
+        mapped: false,
+    };
+    let mentions = [
+        mention("Dana Whitcombe", "Person"),
+        mention("Acme Corp", "Company"),
+        mention("Priya Raman", "Person"),
+    ];
+    // The reply a schema without `valid_at` allows.
+    server.push_replies([Reply::json(&json!({"facts": [
+        {"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman has worked for Acme Corp since 3 March 2025.", "invalid_at": null},
+        {"source": "Dana Whitcombe", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Dana Whitcombe works for Acme Corp.", "invalid_at": null},
+    ]}))]);
+    let spec = ExtractSpec {
+        fact_start: FactStart::Text,
+        ..ExtractSpec::default()
+    };
+    let (facts, rejected) = extract_facts(
+        &client,
+        &ontology,
+        &spec,
+        &Prompts::new(&ontology, &spec),
+        &episode,
+        &[],
+        &mentions,
+    )
+    .await
+    .expect("a valid reply");
+    let request = stage_calls(&server, "TASK: state every fact");
+    assert_eq!(request.len(), 1);
+    let body = request[0].body.to_string();
+    assert!(
+        !body.contains("\"valid_at\"") && !body.contains("- valid_at:"),
+        "neither the schema nor the rules ask for a start"
+    );
+    assert!(body.contains("\"invalid_at\""), "an end is still asked for");
+    let starts: Vec<(&str, String)> = facts
+        .iter()
+        .map(|f| {
+            (
+                mentions[f.source].name.as_str(),
+                f.valid_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        vec![
+            ("Priya Raman", "2025-03-03T00:00:00+00:00".to_string()),
+            ("Dana Whitcombe", "2025-06-02T10:00:00+00:00".to_string()),
+        ],
+        "{rejected:?}"
+    );
+    server.shutdown().await;
+}
+
 /// A test server with no scripted replies yet, the procurement ontology,
 /// and a client of that server, for calling an extraction step directly.
 async fn extraction_client() -> (
