@@ -133,8 +133,14 @@ impl<'a> Extraction<'a> {
         }
     }
 
-    /// Runs `call` for each of `episodes` as tasks, `2 × concurrency` at a
+    /// Runs `call` for each of `episodes` as tasks, `concurrency` at a
     /// time, and reports progress as they finish.
+    ///
+    /// No more episodes than the client has calls in flight: a call's time
+    /// budget (`extract.call_budget_secs`) runs from its first poll, so an
+    /// episode queued behind the client's own in-flight limit spent its
+    /// budget waiting (with four slots of a local server, a long fact reply
+    /// queued behind four others ran past 300 s).
     async fn per_episode<T, Fut>(
         &self,
         phase: Stage,
@@ -149,7 +155,7 @@ impl<'a> Extraction<'a> {
                 let reply = call(i);
                 async move { (i, reply.await) }
             })
-            .buffer_unordered(self.concurrency * 2);
+            .buffer_unordered(self.concurrency);
         let mut out = HashMap::new();
         let mut failures = self.failed.len();
         self.tick(phase, 0, episodes.len(), failures);
