@@ -104,6 +104,11 @@ pub struct Quality {
     /// Of those, stored with no live edge that started before the gold end
     /// (every matching edge of the relationship ended).
     pub ended_stored_invalid: usize,
+    /// Found gold facts the corpus never ends.
+    pub current_found: usize,
+    /// Of those, with a live matching edge: not ended by a later fact, a
+    /// contradiction judgement or an end the model made up.
+    pub current_stored_live: usize,
     /// Episodes a run tried and did not commit (a failed call).
     pub episodes_lost: usize,
     /// Completed runs (`graphloom run`) the figures below add up.
@@ -199,6 +204,11 @@ impl std::fmt::Display for Quality {
             f,
             "ended facts: {}/{} found ones stored ended (no live edge from before the end)",
             self.ended_stored_invalid, self.ended_found
+        )?;
+        writeln!(
+            f,
+            "current facts: {}/{} found ones stored live (the corpus never ends them)",
+            self.current_stored_live, self.current_found
         )?;
         let (calls, tokens, seconds) = self.per_episode();
         write!(
@@ -309,6 +319,7 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
         let mut found_any = false;
         let mut exact = false;
         let mut live = false;
+        let mut any_live = false;
         for e in &edges {
             let (s, t) = (
                 gold_of_node.get(e.source_node_id.as_str()),
@@ -318,6 +329,7 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
             if ends && family(&e.relation_type, &chain) {
                 found_any = true;
                 exact |= e.relation_type == f.relation_type;
+                any_live |= e.invalid_at.is_none();
                 live |= e.invalid_at.is_none()
                     && match (gold_end, e.valid_at) {
                         (Some(end), Some(start)) => start < end,
@@ -333,6 +345,12 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
             q.ended_found += 1;
             if !live {
                 q.ended_stored_invalid += 1;
+            }
+        }
+        if found_any && f.invalid_at.is_none() {
+            q.current_found += 1;
+            if any_live {
+                q.current_stored_live += 1;
             }
         }
         if exact {

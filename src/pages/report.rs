@@ -231,6 +231,8 @@ fn eval_json(gold: &Path, q: &Quality) -> Value {
             {"name": "fact recall (exact type)", "value": round3(q.fact_recall_exact())},
             {"name": "ended facts found", "value": q.ended_found},
             {"name": "of those stored invalid", "value": q.ended_stored_invalid},
+            {"name": "current facts found", "value": q.current_found},
+            {"name": "of those stored live", "value": q.current_stored_live},
             {"name": "episodes lost", "value": q.episodes_lost},
             {"name": "LLM calls per episode", "value": calls},
             {"name": "tokens per episode", "value": tokens},
