@@ -1471,24 +1471,12 @@ async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
 /// failure row when the check is on, and kept when it is off.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_required() {
-    use graphloom::extract::{ExtractSpec, Mention, Prompts, extract_facts};
+    use graphloom::extract::ExtractSpec;
     let (server, ontology, client) = extraction_client().await;
     let episode = common::text_episode(
         "Dana Whitcombe: Legal sent over the new Acme contract. Priya Raman is leaving Acme Corp.",
     );
-    let mention = |name: &str, kind: &str| Mention {
-        episode_id: "ep-1".into(),
-        name: name.into(),
-        chain: vec![kind.into()],
-        attributes: Default::default(),
-        context: String::new(),
-        mapped: false,
-    };
-    let mentions = [
-        mention("Dana Whitcombe", "Person"),
-        mention("Acme Corp", "Company"),
-        mention("Priya Raman", "Person"),
-    ];
+    let mentions = dana_acme_priya();
     let reply = json!({"facts": [
         {"source": "Dana Whitcombe", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Dana Whitcombe works for Acme.", "valid_at": null, "invalid_at": null},
         {"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman is leaving Acme Corp.", "valid_at": null, "invalid_at": null},
@@ -1499,17 +1487,7 @@ async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_require
             require_stated_pair: required,
             ..ExtractSpec::default()
         };
-        let (facts, rejected) = extract_facts(
-            &client,
-            &ontology,
-            &spec,
-            &Prompts::new(&ontology, &spec),
-            &episode,
-            &[],
-            &mentions,
-        )
-        .await
-        .expect("a valid reply");
+        let (facts, rejected) = facts_under(&client, &ontology, &spec, &episode, &mentions).await;
         let sources: Vec<&str> = facts
             .iter()
             .map(|f| mentions[f.source].name.as_str())
@@ -1539,7 +1517,7 @@ async fn a_fact_no_sentence_states_is_dropped_only_when_stated_pairs_are_require
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fact_start_not_asked_of_the_model_comes_from_its_sentence_or_its_episode() {
-    use graphloom::extract::{ExtractSpec, FactStart, Mention, Prompts, extract_facts};
+    use graphloom::extract::{ExtractSpec, FactStart};
     let (server, ontology, client) = extraction_client().await;
     let mut episode = common::text_episode(
         "Dana Whitcombe: Priya Raman has worked for Acme Corp since 3 March 2025. I work for Acme Corp too.",
@@ -1547,19 +1525,7 @@ async fn a_fact_start_not_asked_of_the_model_comes_from_its_sentence_or_its_epis
     episode.reference_time = chrono::DateTime::parse_from_rfc3339("2025-06-02T10:00:00Z")
         .expect("time")
         .to_utc();
-    let mention = |name: &str, kind: &str| Mention {
-        episode_id: "ep-1".into(),
-        name: name.into(),
-        chain: vec![kind.into()],
-        attributes: Default::default(),
-        context: String::new(),
-        mapped: false,
-    };
-    let mentions = [
-        mention("Dana Whitcombe", "Person"),
-        mention("Acme Corp", "Company"),
-        mention("Priya Raman", "Person"),
-    ];
+    let mentions = dana_acme_priya();
     // The reply a schema without `valid_at` allows.
     server.push_replies([Reply::json(&json!({"facts": [
         {"source": "Priya Raman", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman has worked for Acme Corp since 3 March 2025.", "invalid_at": null},
@@ -1569,17 +1535,7 @@ async fn a_fact_start_not_asked_of_the_model_comes_from_its_sentence_or_its_epis
         fact_start: FactStart::Text,
         ..ExtractSpec::default()
     };
-    let (facts, rejected) = extract_facts(
-        &client,
-        &ontology,
-        &spec,
-        &Prompts::new(&ontology, &spec),
-        &episode,
-        &[],
-        &mentions,
-    )
-    .await
-    .expect("a valid reply");
+    let (facts, rejected) = facts_under(&client, &ontology, &spec, &episode, &mentions).await;
     let request = stage_calls(&server, "TASK: state every fact");
     assert_eq!(request.len(), 1);
     let body = request[0].body.to_string();
@@ -1606,6 +1562,50 @@ async fn a_fact_start_not_asked_of_the_model_comes_from_its_sentence_or_its_epis
         "{rejected:?}"
     );
     server.shutdown().await;
+}
+
+/// Three mentions of episode `ep-1`: Dana Whitcombe and Priya Raman
+/// (people) and Acme Corp (a company).
+fn dana_acme_priya() -> [graphloom::extract::Mention; 3] {
+    let mention = |name: &str, kind: &str| graphloom::extract::Mention {
+        episode_id: "ep-1".into(),
+        name: name.into(),
+        chain: vec![kind.into()],
+        attributes: Default::default(),
+        context: String::new(),
+        mapped: false,
+    };
+    [
+        mention("Dana Whitcombe", "Person"),
+        mention("Acme Corp", "Company"),
+        mention("Priya Raman", "Person"),
+    ]
+}
+
+/// The facts `extract_facts` keeps from the next scripted reply about
+/// `mentions` of `episode`, under `spec`, and what it dropped.
+async fn facts_under(
+    client: &graphloom::llm::LlmClient,
+    ontology: &graphloom::ontology::Ontology,
+    spec: &graphloom::extract::ExtractSpec,
+    episode: &graphloom::source::Episode,
+    mentions: &[graphloom::extract::Mention],
+) -> (
+    Vec<graphloom::extract::FactMention>,
+    Vec<graphloom::extract::Rejected>,
+) {
+    use graphloom::extract::{Prompts, extract_facts};
+    extract_facts(
+        client,
+        ontology,
+        spec,
+        &Prompts::new(ontology, spec),
+        episode,
+        &[],
+        mentions,
+    )
+    .await
+    .expect("a valid reply")
 }
 
 /// A test server with no scripted replies yet, the procurement ontology,
