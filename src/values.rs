@@ -134,14 +134,40 @@ const WEEKDAY_NAMES: [&str; 7] = [
 /// March" as the fact and leave its end empty; this gives it one.
 pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
     let words: Vec<String> = crate::text::words(fact).map(str::to_lowercase).collect();
-    let after_end_word = words.iter().enumerate().find_map(|(i, w)| {
-        let ahead = END_DATE_WORDS
-            .iter()
-            .find(|(word, _)| word == w)
-            .map(|(_, ahead)| *ahead)?;
-        date_at(&words[i + 1..], today, ahead)
-    });
-    after_end_word.or_else(|| no_longer_as_of(&words, today))
+    date_after(&words, today, |i| listed(&END_DATE_WORDS, &words[i]))
+        .or_else(|| no_longer_as_of(&words, today))
+}
+
+/// The first date written right after a word for which `ahead_after`
+/// (given the word's index) says whether that date lies ahead of the
+/// sentence or behind it; words it returns `None` for are passed over.
+fn date_after(
+    words: &[String],
+    today: NaiveDate,
+    ahead_after: impl Fn(usize) -> Option<bool>,
+) -> Option<NaiveDate> {
+    (0..words.len()).find_map(|i| date_at(&words[i + 1..], today, ahead_after(i)?))
+}
+
+/// Whether `word` is one of `table`'s words, and if so, whether the date
+/// after it lies ahead.
+fn listed(table: &[(&str, bool)], word: &str) -> Option<bool> {
+    table
+        .iter()
+        .find(|(w, _)| *w == word)
+        .map(|(_, ahead)| *ahead)
+}
+
+/// Whether `words[i]` is the "of" of "as of".
+fn as_of(words: &[String], i: usize) -> bool {
+    words[i] == "of" && i > 0 && words[i - 1] == "as"
+}
+
+/// Where "no longer" begins in `words`.
+fn no_longer_at(words: &[String]) -> Option<usize> {
+    words
+        .windows(2)
+        .position(|w| w[0] == "no" && w[1] == "longer")
 }
 
 /// Words after which a fact sentence gives the day its relationship
@@ -169,19 +195,15 @@ const START_DATE_WORDS: [(&str, bool); 9] = [
 /// start.
 pub fn stated_start(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
     let words: Vec<String> = crate::text::words(fact).map(str::to_lowercase).collect();
-    if words.windows(2).any(|w| w[0] == "no" && w[1] == "longer") {
+    if no_longer_at(&words).is_some() {
         return None;
     }
-    words.iter().enumerate().find_map(|(i, w)| {
-        let ahead = if w == "of" && i > 0 && words[i - 1] == "as" {
-            true
+    date_after(&words, today, |i| {
+        if as_of(&words, i) {
+            Some(true)
         } else {
-            START_DATE_WORDS
-                .iter()
-                .find(|(word, _)| word == w)
-                .map(|(_, ahead)| *ahead)?
-        };
-        date_at(&words[i + 1..], today, ahead)
+            listed(&START_DATE_WORDS, &words[i])
+        }
     })
 }
 
@@ -189,18 +211,12 @@ pub fn stated_start(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
 /// (or "from", "since", "effective") that follows "no longer", behind the sentence
 /// unless it speaks of the future ("will no longer … as of 1 June").
 fn no_longer_as_of(words: &[String], today: NaiveDate) -> Option<NaiveDate> {
-    let at = words
-        .windows(2)
-        .position(|w| w[0] == "no" && w[1] == "longer")?;
+    let at = no_longer_at(words)?;
     let ahead = words[..at].iter().any(|w| w == "will");
     let rest = &words[at + 2..];
-    rest.iter().enumerate().find_map(|(i, w)| {
-        let from = match w.as_str() {
-            "of" if i > 0 && rest[i - 1] == "as" => i + 1,
-            "from" | "since" | "effective" => i + 1,
-            _ => return None,
-        };
-        date_at(&rest[from..], today, ahead)
+    date_after(rest, today, |i| {
+        (as_of(rest, i) || matches!(rest[i].as_str(), "from" | "since" | "effective"))
+            .then_some(ahead)
     })
 }
 
