@@ -175,9 +175,9 @@ fn pipeline(dir: &Path, source: &Path, server: &TestServer) -> PathBuf {
             &format!("{}/", source.to_str().expect("utf-8")),
         )
         .replace("http://127.0.0.1:8093/v1", &server.base_url())
-        .replace("requests_per_minute = 600", "requests_per_minute = 100000")
-        .replace("max_concurrency = 2", "max_concurrency = 8")
-        .replace("timeout_secs = 300", "timeout_secs = 30");
+        .replace("requests_per_minute = 600", "requests_per_minute = 100000");
+    let toml = with_value(&toml, "max_concurrency", "8");
+    let toml = with_value(&toml, "timeout_secs", "30");
     assert!(
         toml.contains("judge_contradictions = false"),
         "the example pipeline judges no contradictions"
@@ -185,6 +185,25 @@ fn pipeline(dir: &Path, source: &Path, server: &TestServer) -> PathBuf {
     let path = dir.join("pipeline.toml");
     std::fs::write(&path, toml).expect("write pipeline");
     path
+}
+
+/// `toml` with the one line that sets `key` setting it to `value`.
+fn with_value(toml: &str, key: &str, value: &str) -> String {
+    let prefix = format!("{key} = ");
+    let mut found = 0;
+    let lines: Vec<String> = toml
+        .lines()
+        .map(|line| {
+            if line.starts_with(&prefix) {
+                found += 1;
+                format!("{prefix}{value}")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    assert_eq!(found, 1, "the example pipeline sets `{key}` once");
+    lines.join("\n") + "\n"
 }
 
 fn command(args: &[&str], pipeline: &Path, graph: &Path) -> tokio::process::Command {
