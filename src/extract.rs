@@ -1662,14 +1662,14 @@ pub async fn extract_facts(
             .unwrap_or_else(|| vec![relation.clone()]);
         let reference = episode.reference_time;
         let stated = match spec.fact_start {
-            FactStart::Model => f.valid_at,
+            FactStart::Model => written_time(f.valid_at.as_deref(), reference),
             FactStart::Text => {
-                stated_start(text, reference.date_naive()).map(|d| d.format("%Y-%m-%d").to_string())
+                stated_start(text, reference.date_naive()).map(|d| on_day(d, reference))
             }
         };
         let (mut valid_at, invalid_at) = fact_times(
-            stated.as_deref(),
-            f.invalid_at.as_deref(),
+            stated,
+            written_time(f.invalid_at.as_deref(), reference),
             text,
             || sentences.pair_end(s, t, reference),
             reference,
@@ -1878,34 +1878,43 @@ fn default_start(
         .then_some(reference)
 }
 
-/// A fact's `valid_at` and `invalid_at` from what the model wrote, the
-/// fact's sentence and, when both leave the end out, `episode_end` (the
-/// end the episode states for the pair, [`Sentences::pair_end`]), at an
-/// episode written at `reference`.
+/// The instant of a day a fact's time is given as: the episode's own
+/// time on the episode's day, so that two episodes of one day keep their
+/// order (a move in the afternoon after a join that morning), else the
+/// day's start.
+fn on_day(day: NaiveDate, reference: DateTime<Utc>) -> DateTime<Utc> {
+    if day == reference.date_naive() {
+        reference
+    } else {
+        day.and_time(NaiveTime::MIN).and_utc()
+    }
+}
+
+/// A date or time a model wrote for a fact: the schema asks for dates
+/// without a time of day, which [`on_day`] places; a time the model did
+/// write is kept. `None` when nothing parseable was written.
+fn written_time(v: Option<&str>, reference: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let t = parse_time(v).ok().flatten()?;
+    let date_only = v.is_some_and(|v| v.trim().len() == 10);
+    Some(if date_only {
+        on_day(t.date_naive(), reference)
+    } else {
+        t
+    })
+}
+
+/// A fact's `valid_at` and `invalid_at` from the start and end it was
+/// given (by the model, or the start by its sentence), the fact's sentence
+/// and, when both leave the end out, `episode_end` (the end the episode
+/// states for the pair, [`Sentences::pair_end`]), at an episode written at
+/// `reference`.
 fn fact_times(
-    valid_at: Option<&str>,
-    invalid_at: Option<&str>,
+    mut valid_at: Option<DateTime<Utc>>,
+    mut invalid_at: Option<DateTime<Utc>>,
     text: &str,
     episode_end: impl FnOnce() -> Option<NaiveDate>,
     reference: DateTime<Utc>,
 ) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
-    // The schema asks for dates without a time of day; a date on the
-    // episode's own day takes the episode's time, so that two episodes of
-    // one day keep their order (a move in the afternoon after a join that
-    // morning). A time the model did write is kept.
-    let on_day = |day: NaiveDate| {
-        if day == reference.date_naive() {
-            reference
-        } else {
-            day.and_time(NaiveTime::MIN).and_utc()
-        }
-    };
-    let written = |v: Option<&str>| {
-        let t = parse_time(v).ok().flatten()?;
-        let date_only = v.is_some_and(|v| v.trim().len() == 10);
-        Some(if date_only { on_day(t.date_naive()) } else { t })
-    };
-    let (mut valid_at, mut invalid_at) = (written(valid_at), written(invalid_at));
     let end_written = invalid_at.is_some();
     let ends = crate::text::states_an_end(text);
     if valid_at.is_some() && invalid_at == valid_at && !ends {
@@ -1920,7 +1929,7 @@ fn fact_times(
         // episode's time.
         invalid_at = stated_end(text, reference.date_naive())
             .or_else(episode_end)
-            .map(on_day)
+            .map(|day| on_day(day, reference))
             .or(ends.then_some(reference));
         if invalid_at.is_some() && valid_at == invalid_at {
             // A start at that very time is the prompt's default for a
@@ -2753,7 +2762,8 @@ mod tests {
             .expect("time")
             .expect("some");
         let t = |s: &str| parse_time(Some(s)).expect("time");
-        let times = |v, i, text| fact_times(v, i, text, || None, reference);
+        let at = |v| written_time(v, reference);
+        let times = |v, i, text| fact_times(at(v), at(i), text, || None, reference);
         // A date on the episode's day is the episode's time; a written
         // time, or another day, is kept.
         assert_eq!(
@@ -2805,8 +2815,8 @@ mod tests {
         let today = reference.date_naive();
         assert_eq!(
             fact_times(
-                Some("2025-02-10"),
-                None,
+                at(Some("2025-02-10")),
+                at(None),
                 "Hamid works for Tidewell",
                 || Some(today),
                 reference
@@ -2815,8 +2825,8 @@ mod tests {
         );
         assert_eq!(
             fact_times(
-                None,
-                Some("2025-03-28"),
+                at(None),
+                at(Some("2025-03-28")),
                 "Hamid works for Tidewell",
                 || panic!("not read when the model gave an end"),
                 reference
@@ -2829,8 +2839,8 @@ mod tests {
         let friday = || today.checked_sub_days(chrono::Days::new(3));
         assert_eq!(
             fact_times(
-                Some("2025-02-10"),
-                None,
+                at(Some("2025-02-10")),
+                at(None),
                 "Sofia is on the rotation",
                 friday,
                 reference
@@ -2839,8 +2849,8 @@ mod tests {
         );
         assert_eq!(
             fact_times(
-                Some("2025-02-08"),
-                None,
+                at(Some("2025-02-08")),
+                at(None),
                 "Sofia is on the rotation",
                 friday,
                 reference
