@@ -174,36 +174,29 @@ fn pipeline(dir: &Path, source: &Path, server: &TestServer) -> PathBuf {
             "file://./pipelines/data/procurement/",
             &format!("{}/", source.to_str().expect("utf-8")),
         )
-        .replace("http://127.0.0.1:8093/v1", &server.base_url())
-        .replace("requests_per_minute = 600", "requests_per_minute = 100000");
-    let toml = with_value(&toml, "max_concurrency", "8");
-    let toml = with_value(&toml, "timeout_secs", "30");
+        .replace("http://127.0.0.1:8093/v1", &server.base_url());
     assert!(
         toml.contains("judge_contradictions = false"),
         "the example pipeline judges no contradictions"
     );
+    let mut doc: toml::Table = toml::from_str(&toml).expect("example pipeline is TOML");
+    let llm = doc
+        .get_mut("llm")
+        .and_then(|l| l.as_table_mut())
+        .expect("[llm]");
+    for (key, value) in [
+        ("requests_per_minute", 100_000),
+        ("max_concurrency", 8),
+        ("timeout_secs", 30),
+    ] {
+        assert!(
+            llm.insert(key.into(), value.into()).is_some(),
+            "the example pipeline sets llm.{key}"
+        );
+    }
     let path = dir.join("pipeline.toml");
-    std::fs::write(&path, toml).expect("write pipeline");
+    std::fs::write(&path, toml::to_string(&doc).expect("pipeline")).expect("write pipeline");
     path
-}
-
-/// `toml` with the one line that sets `key` setting it to `value`.
-fn with_value(toml: &str, key: &str, value: &str) -> String {
-    let prefix = format!("{key} = ");
-    let mut found = 0;
-    let lines: Vec<String> = toml
-        .lines()
-        .map(|line| {
-            if line.starts_with(&prefix) {
-                found += 1;
-                format!("{prefix}{value}")
-            } else {
-                line.to_string()
-            }
-        })
-        .collect();
-    assert_eq!(found, 1, "the example pipeline sets `{key}` once");
-    lines.join("\n") + "\n"
 }
 
 fn command(args: &[&str], pipeline: &Path, graph: &Path) -> tokio::process::Command {
