@@ -517,27 +517,28 @@ fn answer(answers: &HashMap<String, Answer>, req: &ChatRequestView) -> Reply {
     }
     if system.contains("already classified as") {
         let facts = system.contains("is a fact");
-        let items: Vec<Value> = numbered_items(user)
+        // Keyed by item number, as the walk's schema asks.
+        let answers: serde_json::Map<String, Value> = numbered_items(user)
             .into_iter()
             .map(|(k, text)| {
-                if facts {
-                    let sub = if text.contains(" works for ") {
+                let answer = if facts {
+                    json!(if text.contains(" works for ") {
                         "WORKS_FULL_TIME_FOR"
                     } else {
                         "none"
-                    };
-                    json!({"id": k, "subtype": sub})
+                    })
                 } else {
                     let name = text.strip_prefix("name: ").unwrap_or(text);
                     if name.starts_with("PO-") {
-                        json!({"id": k, "subtype": "PurchaseOrder", "attributes": [{"name": "po_number", "value": name}]})
+                        json!({"subtype": "PurchaseOrder", "attributes": {"po_number": name}})
                     } else {
-                        json!({"id": k, "subtype": "none", "attributes": []})
+                        json!("none")
                     }
-                }
+                };
+                (k.to_string(), answer)
             })
             .collect();
-        return Reply::json(&json!({ "items": items }));
+        return Reply::json(&Value::Object(answers));
     }
     if system.contains("resolve entity mentions") {
         let items: Vec<Value> = numbered(user, "Mention ")

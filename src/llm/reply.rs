@@ -3,7 +3,7 @@
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The JSON schema of `T` in the strict form OpenAI's structured outputs
 /// require (every property required, no additional properties) and that
@@ -270,21 +270,34 @@ impl JsonBytes {
 /// The JSON a reply cut mid-way holds in full: its text up to the last
 /// element it completed in its outer array (`[…]`, `{"items": […]}`, or
 /// one list of several, `{"facts": {"Dana": […], …}}`), with the open
-/// brackets closed, and how many such elements there are. `None` when no element was completed. One runaway
-/// item (a value copied from the whole episode) then costs only itself,
-/// not the items written before it.
+/// brackets closed, and how many such elements there are. A reply with no
+/// list at all, an object keyed by item (`{"1": "OWNS", "2": …}`), keeps
+/// the members it completed instead. `None` when no element (or member)
+/// was completed. One runaway item (a value copied from the whole
+/// episode) then costs only itself, not the items written before it.
 pub fn salvage(content: &str) -> Option<(String, usize)> {
     let start = content.find(['{', '['])?;
     let text = &content[start..];
     let mut scan = JsonBytes::default();
     let mut last: Option<(usize, Vec<u8>)> = None;
     let mut kept = 0;
+    // Members of a keyed object: each ends at a comma between members.
+    let (mut members, mut member_end, mut has_list) = (0, None, false);
     for (i, b) in text.bytes().enumerate() {
-        if scan.step(b) == Byte::Close && scan.in_outer_list() {
+        let step = scan.step(b);
+        has_list |= step == Byte::Open && b == b'[';
+        if step == Byte::Close && scan.in_outer_list() {
             // An element just ended inside an outer list.
             kept += 1;
             last = Some((i + 1, scan.stack.clone()));
+        } else if step == Byte::Other && b == b',' && scan.stack == [b'{'] {
+            members += 1;
+            member_end = Some(i);
         }
+    }
+    if last.is_none() && !has_list {
+        let end = member_end?;
+        return Some((format!("{}}}", &text[..end]), members));
     }
     let (end, open) = last?;
     let mut out = text[..end].to_string();
@@ -390,9 +403,24 @@ fn prune(
         }
         Value::Object(map) => {
             if let Some(props) = s.get("properties").and_then(Value::as_object) {
-                for (k, v) in map.iter_mut() {
-                    if let Some(p) = props.get(k) {
-                        prune(v, p, root, &format!("{at}.{k}"), notes)?;
+                if keyed_collection(s, props) {
+                    // A member that breaks its schema is dropped, as an
+                    // element of a list is: the others keep their answers.
+                    map.retain(|k, v| {
+                        let at = format!("{at}.{k}");
+                        match props.get(k).map(|p| prune(v, p, root, &at, notes)) {
+                            Some(Err(e)) => {
+                                notes.push(format!("{at} dropped: {e}"));
+                                false
+                            }
+                            _ => true,
+                        }
+                    });
+                } else {
+                    for (k, v) in map.iter_mut() {
+                        if let Some(p) = props.get(k) {
+                            prune(v, p, root, &format!("{at}.{k}"), notes)?;
+                        }
                     }
                 }
             }
@@ -400,6 +428,24 @@ fn prune(
         _ => {}
     }
     Ok(())
+}
+
+/// Whether an object schema describes a collection keyed by name rather
+/// than a record: two or more properties, all required, all of one
+/// schema (a walk reply keyed by item number, `{"1": …, "2": …}`). Its
+/// members are items, each answered or not on its own.
+fn keyed_collection(schema: &Map<String, Value>, props: &Map<String, Value>) -> bool {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut shapes = props.values();
+    let first = shapes.next();
+    props.len() >= 2
+        && required.len() == props.len()
+        && props.keys().all(|k| required.contains(&k.as_str()))
+        && shapes.all(|p| Some(p) == first)
 }
 
 /// The notes of [`parse_within`] in one line for a failure reason: the
@@ -584,8 +630,22 @@ mod tests {
                 2
             ))
         );
+        // An object keyed by item (a walk reply): the members before the
+        // last comma are kept, a comma inside a string or a nested object
+        // ends none.
+        assert_eq!(
+            salvage(r#"{"1": "A, B", "2": {"subtype": "C", "x": "y"}, "3": "D"#),
+            Some((
+                r#"{"1": "A, B", "2": {"subtype": "C", "x": "y"}}"#.to_string(),
+                2
+            ))
+        );
+        assert_eq!(salvage(r#"{"1": "OWN"#), None);
         // Nothing completed: nothing to keep.
         assert_eq!(salvage(r#"{"entities": [{"name": "Ac"#), None);
+        // A scalar member before a list whose first element is cut is no
+        // item: the items are the list's.
+        assert_eq!(salvage(r#"{"label": "x", "items": [{"id": 1"#), None);
         assert!(parse_cut::<Reply>(r#"{"entities": [{"na"#, &serde_json::json!({})).is_err());
     }
 

@@ -124,3 +124,25 @@ pub async fn write_older_table(
         .await
         .expect("the older table");
 }
+
+/// A subtype-walk reply as the walk's schema asks for it, an object keyed
+/// by item number, from `{"id", "subtype", "attributes"?}` answers: the
+/// bare subtype, or the subtype with its attributes when any are given.
+pub fn walk_reply(items: Vec<serde_json::Value>) -> graphloom::llm::test_server::Reply {
+    let keyed: serde_json::Map<String, serde_json::Value> = items
+        .into_iter()
+        .map(|item| {
+            let given = item.get("attributes").is_some_and(|a| {
+                a.as_array().is_some_and(|l| !l.is_empty())
+                    || a.as_object().is_some_and(|o| !o.is_empty())
+            });
+            let answer = if given {
+                serde_json::json!({"subtype": item["subtype"], "attributes": item["attributes"]})
+            } else {
+                item["subtype"].clone()
+            };
+            (item["id"].to_string(), answer)
+        })
+        .collect();
+    graphloom::llm::test_server::Reply::json(&serde_json::Value::Object(keyed))
+}

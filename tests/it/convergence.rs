@@ -157,7 +157,7 @@ fn answer(req: &ChatRequestView) -> Reply {
                 json!({"id": id, "subtype": "none", "attributes": []})
             });
         }
-        Reply::json(&json!({ "items": items }))
+        crate::common::walk_reply(items)
     } else {
         Reply::error(400, "unexpected prompt", "invalid_request_error", None)
     }

@@ -347,7 +347,7 @@ impl Oracle {
                 }
                 items.push(item);
             }
-            Reply::json(&json!({ "items": items }))
+            crate::common::walk_reply(items)
         } else if system.contains("You resolve entity mentions") {
             // The right answer from the gold file: the candidate that is
             // the same gold entity, else none.

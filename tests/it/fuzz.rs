@@ -2959,9 +2959,17 @@ fn fuzz_enormous_entity_replies_keep_the_cap_and_reject_the_rest() {
     rt.block_on(server.shutdown());
 }
 
-/// One answer of a subtype-classification reply.
-fn classify_item() -> impl Strategy<Value = Value> {
-    let id = prop_oneof![0u64..6, Just(u64::MAX), Just(u64::from(u32::MAX) + 1),];
+/// One member of a subtype-classification reply: an item number (or a
+/// key that is none) and an answer, bare or with attributes.
+fn classify_item() -> impl Strategy<Value = (String, Value)> {
+    let key = prop_oneof![
+        (0u64..6).prop_map(|k| k.to_string()),
+        Just(u64::MAX.to_string()),
+        Just((u64::from(u32::MAX) + 1).to_string()),
+        Just("-1".to_string()),
+        Just(" 2".to_string()),
+        Just("two".to_string()),
+    ];
     let subtype = prop::sample::select(vec![
         "MSA",
         "OrderForm",
@@ -2972,13 +2980,12 @@ fn classify_item() -> impl Strategy<Value = Value> {
         "msa",
         "",
     ]);
-    (id, subtype, prop::option::of(any_text(8))).prop_map(|(id, subtype, value)| {
-        let mut item = json!({"id": id, "subtype": subtype});
-        if let Some(v) = value {
-            item["attributes"] =
-                json!([{"name": "po_number", "value": v}, {"name": "x", "value": "1"}]);
-        }
-        item
+    (key, subtype, prop::option::of(any_text(8))).prop_map(|(key, subtype, value)| {
+        let answer = match value {
+            Some(v) => json!({"subtype": subtype, "attributes": {"po_number": v, "x": "1"}}),
+            None => json!(subtype),
+        };
+        (key, answer)
     })
 }
 
@@ -2993,12 +3000,14 @@ fn fuzz_classification_replies_with_any_ids_keep_chains_valid() {
     let (_, ontology) = crate::common::procurement();
     let reply = prop_oneof![
         4 => prop::collection::vec(classify_item(), 0..12)
-            .prop_map(|items| Reply::json(&json!({"items": items}))),
-        1 => Just(Reply::Content(r#"{"items": [{"id": -1, "subtype": "MSA"}]}"#.into())),
+            .prop_map(|items| Reply::json(&Value::Object(items.into_iter().collect()))),
+        1 => Just(Reply::Content(r#"{"1": 7, "2": ["MSA"], "3": {"subtype": 1}}"#.into())),
+        1 => Just(Reply::Content(r#"{"items": [{"id": 1, "subtype": "MSA"}]}"#.into())),
         1 => prose().prop_map(Reply::Content),
         1 => (1_000usize..=20_000).prop_map(|n| {
-            let items: Vec<Value> = (0..n).map(|i| json!({"id": i, "subtype": "MSA"})).collect();
-            Reply::json(&json!({"items": items}))
+            let items: serde_json::Map<String, Value> =
+                (0..n).map(|i| (i.to_string(), json!("MSA"))).collect();
+            Reply::json(&Value::Object(items))
         }),
     ];
     let strategy = (1usize..8, 1usize..5, reply);

@@ -754,7 +754,7 @@ fn scripted(req: &ChatRequestView) -> Reply {
         let items: Vec<Value> = (1..=n.max(1))
             .map(|id| json!({"id": id, "subtype": "none", "attributes": []}))
             .collect();
-        Reply::json(&json!({ "items": items }))
+        crate::common::walk_reply(items)
     } else {
         Reply::error(400, "unexpected prompt", "invalid_request_error", None)
     }

@@ -63,7 +63,7 @@ fn responder(req: &ChatRequestView) -> Reply {
                 }
             })
             .collect();
-        Reply::json(&json!({ "items": items }))
+        crate::common::walk_reply(items)
     } else {
         Reply::error(400, "unexpected prompt", "invalid_request_error", None)
     }
@@ -446,7 +446,7 @@ fn mistyping_responder(req: &ChatRequestView) -> Reply {
             .filter_map(|b| b.trim_start_matches('[').split_once(']'))
             .map(|(id, _)| json!({"id": id.parse::<u64>().unwrap_or(0), "subtype": "none", "attributes": []}))
             .collect();
-        Reply::json(&json!({ "items": items }))
+        crate::common::walk_reply(items)
     } else {
         Reply::error(400, "unexpected prompt", "invalid_request_error", None)
     }

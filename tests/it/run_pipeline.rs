@@ -95,7 +95,7 @@ fn facts_for(text: &str) -> Value {
 
 /// Answers a classification call: PO-1 is a PurchaseOrder, anything else
 /// fits no subtype; employment facts are full-time.
-fn classify(user: &str, facts: bool, po_is_plain: bool) -> Value {
+fn classify(user: &str, facts: bool, po_is_plain: bool) -> Vec<Value> {
     let mut items = Vec::new();
     // An item is its "[n] ..." line and the indented lines under it.
     for block in user.split("\n[") {
@@ -117,7 +117,7 @@ fn classify(user: &str, facts: bool, po_is_plain: bool) -> Value {
         };
         items.push(item);
     }
-    json!({"items": items})
+    items
 }
 
 pub(crate) fn responder(
@@ -136,7 +136,7 @@ pub(crate) fn responder(
         } else if user.contains("TASK: state every fact") {
             Reply::json(&facts_for(current))
         } else if system.contains("already classified as") {
-            Reply::json(&classify(
+            common::walk_reply(classify(
                 user,
                 system.contains("is a fact"),
                 po_is_plain.load(Ordering::SeqCst),
@@ -588,14 +588,13 @@ async fn a_walk_item_the_reply_leaves_out_is_asked_again_with_fewer_neighbours_t
                 return inner(req);
             }
             let blocks: Vec<&str> = user.split("\n[").collect();
-            let mut reply = classify(&user, false, false);
-            let items = reply["items"].as_array_mut().expect("items");
+            let mut items = classify(&user, false, false);
             items.retain(|item| {
                 let id = item["id"].as_u64().unwrap_or(0) as usize;
                 let text = blocks.get(id.saturating_sub(1)).copied().unwrap_or("");
                 !(text.contains("New Acme contract") || (text.contains("PO-1") && blocks.len() > 1))
             });
-            Reply::json(&reply)
+            common::walk_reply(items)
         }));
     let report = run(&f).await;
     let mut sizes: Vec<usize> = stage_calls(&f.server, "already classified as Contract")
@@ -1624,4 +1623,100 @@ async fn extraction_client() -> (
     let client =
         graphloom::llm::LlmClient::with_key(&spec.llm, None, None, "test").expect("client");
     (server, ontology, client)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keyed_walk_reply_cut_mid_way_or_with_an_invalid_answer_keeps_every_other_answer() {
+    use graphloom::classify::walk_entities;
+    use graphloom::extract::{ExtractSpec, Mention};
+    // Keyed by item number, as the walk's schema asks. "Runaway"'s answer
+    // runs on until the reply is cut at max_tokens (the answers before it
+    // are kept, those after it asked again); "Verbose" gets an answer
+    // that is none (a number for its subtype), as from a server that
+    // ignores the schema. (A value past a bound of the schema is dropped
+    // the same way: see the `classify` unit tests.)
+    let server = TestServer::start(Behavior::with_responder(|req: &ChatRequestView| {
+        let user = req.last("user").unwrap_or_default();
+        let mut members: Vec<String> = Vec::new();
+        for (k, block) in user.split("\n[").enumerate() {
+            let name = block
+                .split_once("name: ")
+                .and_then(|(_, rest)| rest.lines().next())
+                .unwrap_or_default();
+            let answer = match name {
+                "Runaway" => {
+                    members.push(format!(r#""{}": {{"subtype": "PurchaseOrder", "attributes": {{"po_number": "PO-9 and on and on"#, k + 1));
+                    return Reply::Length(format!("{{{}", members.join(", ")));
+                }
+                "Verbose" => r#"{"subtype": 7}"#.to_string(),
+                code if code.starts_with("PO-") => format!(
+                    r#"{{"subtype": "PurchaseOrder", "attributes": {{"po_number": "{code}"}}}}"#
+                ),
+                _ => r#""none""#.to_string(),
+            };
+            members.push(format!(r#""{}": {answer}"#, k + 1));
+        }
+        Reply::Content(format!("{{{}}}", members.join(", ")))
+    }))
+    .await
+    .expect("test server");
+    let (_, ontology) = common::procurement();
+    let spec = graphloom::spec::LlmSpec {
+        base_url: server.base_url(),
+        backoff_initial_ms: 1,
+        backoff_max_ms: 2,
+        max_attempts: 2,
+        ..graphloom::spec::LlmSpec::default()
+    };
+    let client = Arc::new(graphloom::llm::LlmClient::new(&spec, None, "run-1").expect("client"));
+    let names = ["PO-1", "Runaway", "PO-2", "Verbose", "PO-3"];
+    let mut mentions: Vec<Mention> = names
+        .iter()
+        .map(|n| Mention {
+            episode_id: "ep-1".into(),
+            name: n.to_string(),
+            chain: vec!["Contract".into()],
+            attributes: Default::default(),
+            context: format!("{n} was signed."),
+            mapped: false,
+        })
+        .collect();
+    let (stats, rejected) = walk_entities(
+        &client,
+        &ontology,
+        &ExtractSpec::default(),
+        2,
+        &mut mentions,
+    )
+    .await;
+    let types: Vec<&str> = mentions.iter().map(|m| m.type_name()).collect();
+    assert_eq!(
+        types,
+        [
+            "PurchaseOrder",
+            "Contract",
+            "PurchaseOrder",
+            "Contract",
+            "PurchaseOrder"
+        ],
+        "{rejected:?}"
+    );
+    assert_eq!(
+        mentions[2].attributes.get("po_number"),
+        Some(&json!("PO-2"))
+    );
+    let mut failed: Vec<&str> = rejected.iter().map(|r| r.excerpt.as_str()).collect();
+    failed.sort_unstable();
+    assert_eq!(failed, ["Runaway", "Verbose"], "{rejected:?}");
+    assert!(
+        rejected.iter().all(|r| r.reason.contains("alone")),
+        "{rejected:?}"
+    );
+    // 5 together: PO-1 is kept, the 4 after the cut wait in batches of
+    // at most 3: [Runaway, PO-2, Verbose] is cut before any answer and
+    // fails, [PO-3] is answered; the failed batch is asked again in halves,
+    // [Runaway, PO-2] (fails again) and [Verbose] (no valid answer, alone);
+    // then [Runaway] and [PO-2] alone: 7 calls.
+    assert_eq!(stats.calls, 7, "{rejected:?}");
+    server.shutdown().await;
 }
