@@ -1720,3 +1720,35 @@ async fn a_keyed_walk_reply_cut_mid_way_or_with_an_invalid_answer_keeps_every_ot
     assert_eq!(stats.calls, 7, "{rejected:?}");
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn extraction_calls_go_out_longest_prompt_first_and_the_graph_is_the_same() {
+    // One call at a time: requests arrive in the order they are sent.
+    let f = fixture(|spec| spec.llm.max_concurrency = 1).await;
+    let report = run(&f).await;
+    let current = |r: &graphloom::llm::test_server::Recorded| {
+        let user = r.body["messages"][1]["content"]
+            .as_str()
+            .unwrap_or_default();
+        let text = user.split("<CURRENT EPISODE").nth(1).unwrap_or_default();
+        [
+            "PO-1 for 40 laptops",
+            "signed it yesterday",
+            "new Acme contract",
+            "Priya Raman joined",
+        ]
+        .iter()
+        .position(|w| text.contains(w))
+        .map(|k| format!("e{}", k + 1))
+        .unwrap_or_default()
+    };
+    let mut calls = stage_calls(&f.server, "TASK: list the named entities");
+    calls.sort_by_key(|r| r.seq);
+    let order: Vec<String> = calls.iter().map(current).collect();
+    // e2 (35 characters, with e1's 35 as its context), e3 (68), e4 (50),
+    // e1 (35, the first of its thread).
+    assert_eq!(order, ["e2", "e3", "e4", "e1"], "{report:?}");
+    // Replies in any order make the same graph: the walk and the facts
+    // keep episode order (see a_replay_from_the_cache_makes_no_calls_…).
+    assert_eq!(report.episodes_added, 4, "{report:?}");
+}
