@@ -621,12 +621,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_walk_reply_answers_every_item_by_number_with_its_subtypes_own_properties() {
-        let subtypes = vec![
+    /// Two subtypes of Contract: one with a property, one without.
+    fn contract_subtypes() -> Vec<(String, Vec<PropertySpec>)> {
+        vec![
             ("PurchaseOrder".to_string(), vec![property("po_number")]),
             ("MSA".to_string(), Vec::new()),
-        ];
+        ]
+    }
+
+    #[test]
+    fn a_walk_reply_answers_every_item_by_number_with_its_subtypes_own_properties() {
+        let subtypes = contract_subtypes();
         let schema = reply_schema(&subtypes, true, 3);
         // A grammar-constrained server writes every item, in order, and
         // nothing else.
@@ -682,10 +687,7 @@ mod tests {
 
     #[test]
     fn a_keyed_reply_member_past_a_bound_is_dropped_and_the_others_are_kept() {
-        let subtypes = vec![
-            ("PurchaseOrder".to_string(), vec![property("po_number")]),
-            ("MSA".to_string(), Vec::new()),
-        ];
+        let subtypes = contract_subtypes();
         let schema = reply_schema(&subtypes, true, 3);
         let long = "x".repeat(crate::extract::VALUE_MAX_CHARS + 1);
         let content = format!(
