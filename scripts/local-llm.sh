@@ -699,6 +699,15 @@ cmd_start() {
     args+=(-c "$((CTX_SIZE * parallel))")
   fi
   [ "$embeddings" = 1 ] && args+=(--embeddings --pooling mean)
+  # Slots by least recent use, never by prompt similarity: a slot given
+  # away is then always saved to the server's prompt cache in RAM, and the
+  # next call loads the longest prefix it shares with any saved prompt. A
+  # fact call so finds its episode's entity call (the system prompt and the
+  # episode), and after one warm-up call (llm.warm_prefix) every slot of
+  # the first wave finds the system prompt instead of reading it again.
+  # Choosing by similarity keeps a slot whose prompt shares only the system
+  # prompt, and drops the episode the slot held.
+  [ "$R_NAME" = embed ] || args+=(--slot-prompt-similarity 0)
   spec=${spec:-$DEFAULT_SPEC}
   case "$spec" in
     none) ;;

@@ -470,6 +470,11 @@ impl Prompts {
         }
     }
 
+    /// The system message that opens both calls of every episode.
+    pub fn system_message(&self) -> Message {
+        Message::system(self.system.clone())
+    }
+
     /// The request of an entity call; its schema is [`Prompts::entity_schema`].
     pub fn entity_request(
         &self,

@@ -2,6 +2,7 @@
 //! embeddings, the shared limiter, retries, the response cache and one
 //! accounting row per call.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -14,7 +15,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{OnceCell, Semaphore};
 use tokio::time::Instant;
 
 use super::batch::{BatchQueue, Endpoint, QueuedRequest};
@@ -316,6 +317,8 @@ struct Settings {
     extra_body: serde_json::Map<String, Value>,
     /// Chat replies streamed, and stopped when they loop.
     stream: bool,
+    /// Bursts declared by [`LlmClient::share_prefix`] are led by a warm-up.
+    warm_prefix: bool,
     price_prompt: Option<f64>,
     price_completion: Option<f64>,
     /// Batch prices as a share of the sync prices.
@@ -340,6 +343,9 @@ pub struct LlmClient {
     rng: Mutex<rand::rngs::StdRng>,
     /// Batch mode: where cache misses are queued instead of sent.
     batch: Option<Arc<BatchQueue>>,
+    /// The system prompts declared by [`LlmClient::share_prefix`], each
+    /// with the warm-up that is sent for it at most once.
+    warm: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
 }
 
 /// The accounting rows so far and the tokens they used (hits excluded),
@@ -504,6 +510,7 @@ impl LlmClient {
                 },
                 extra_body: spec.extra_body.clone(),
                 stream: spec.stream,
+                warm_prefix: spec.warm_prefix,
                 price_prompt: spec.price_per_1m_prompt_tokens,
                 price_completion: spec.price_per_1m_completion_tokens,
                 batch_price_factor: spec.batch.price_factor,
@@ -518,6 +525,7 @@ impl LlmClient {
             calls: Mutex::new(Calls::default()),
             rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
             batch: None,
+            warm: Mutex::new(HashMap::new()),
         })
     }
 
@@ -531,6 +539,90 @@ impl LlmClient {
     /// Calls deferred to the Batch API so far (0 in sync mode).
     pub fn deferred(&self) -> usize {
         self.batch.as_ref().map_or(0, |q| q.deferred())
+    }
+
+    /// Declares that many of the coming chat calls open with `system` and
+    /// go out at once. With `llm.warm_prefix`, the first of them that the
+    /// response cache cannot answer sends a warm-up call before it (the
+    /// system prompt alone, one token of reply) and the others wait for
+    /// that, so a server that caches prompt prefixes reads the shared
+    /// prompt once rather than once per parallel slot. Declaring a prompt
+    /// twice, or calls that all hit the cache, sends nothing.
+    pub fn share_prefix(&self, system: &Message) {
+        if self.settings.warm_prefix && system.role == "system" {
+            let mut warm = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+            warm.entry(system.content.clone()).or_default();
+        }
+    }
+
+    /// Waits for the warm-up of `req`'s system prompt, sending it if no
+    /// call has yet, when that prompt was declared by
+    /// [`LlmClient::share_prefix`].
+    async fn warm_up(&self, req: &ChatRequest) {
+        let Some(system) = req.messages.first().filter(|m| m.role == "system") else {
+            return;
+        };
+        let cell = {
+            let warm = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+            warm.get(&system.content).cloned()
+        };
+        if let Some(cell) = cell {
+            cell.get_or_init(|| self.send_warm_up(req.stage, system))
+                .await;
+        }
+    }
+
+    /// The warm-up call: `system` and an empty user message, one token of
+    /// reply, no response format (the reply is thrown away). Recorded in
+    /// `llm_calls` with the item `warm-up`; a failure is logged and the
+    /// calls go on without it.
+    async fn send_warm_up(&self, stage: Stage, system: &Message) {
+        let messages = [system.clone(), Message::user("")];
+        let mut body = json!({
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "max_tokens": 1,
+        });
+        if let Value::Object(map) = &mut body {
+            for (k, v) in &self.settings.extra_body {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        let est = estimate_tokens(&messages) + 1;
+        let item = Some("warm-up".to_string());
+        let (usage, spent, error) = match self
+            .exchange(stage, "chat/completions", &body, est, None)
+            .await
+        {
+            Ok(x) => {
+                let usage = &x.body["usage"];
+                let usage = Usage {
+                    prompt_tokens: reported_tokens(&usage["prompt_tokens"], x.token_bound)
+                        .unwrap_or(est - 1),
+                    completion_tokens: reported_tokens(&usage["completion_tokens"], x.token_bound)
+                        .unwrap_or(1),
+                };
+                (usage, x.spent, None)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{stage}: the prompt warm-up call failed, the calls go on without it: {}",
+                    self.redact(&e.error.to_string())
+                );
+                (Usage::default(), e.spent, Some(e.error))
+            }
+        };
+        let model = self.settings.model.clone();
+        self.record(self.row(
+            stage,
+            &model,
+            item.as_ref(),
+            usage,
+            spent,
+            false,
+            error.as_ref(),
+        ));
     }
 
     /// The structured-output level in effect (it moves down when a server
@@ -1073,6 +1165,7 @@ impl LlmClient {
             }));
         }
 
+        self.warm_up(&req).await;
         let mut messages = req.messages.clone();
         let mut usage = Usage::default();
         let mut spent = Spent::default();

@@ -135,7 +135,10 @@ impl<'a> Extraction<'a> {
 
     /// Runs `call` for each of `episodes` as tasks, `concurrency` at a
     /// time, longest prompt first ([`Extraction::longest_first`]), and
-    /// reports progress as they finish.
+    /// reports progress as they finish. Every call opens with the same
+    /// system prompt, declared to the client as shared
+    /// ([`LlmClient::share_prefix`]: with `llm.warm_prefix` a warm-up call
+    /// leads the burst).
     ///
     /// No more episodes than the client has calls in flight: a call's time
     /// budget (`extract.call_budget_secs`) runs from its first poll, so an
@@ -151,6 +154,11 @@ impl<'a> Extraction<'a> {
     where
         Fut: Future<Output = Result<T, LlmError>>,
     {
+        if episodes.len() > 1 {
+            // Both calls of an episode open with the same system prompt.
+            self.client
+                .share_prefix(&self.shared.prompts.system_message());
+        }
         let mut stream = futures::stream::iter(self.longest_first(phase, episodes))
             .map(|i| {
                 let reply = call(i);

@@ -282,6 +282,15 @@ pub struct LlmSpec {
     /// instead of running on to `max_tokens` (the items it completed are
     /// kept). Needs a server that streams (OpenAI, vLLM, llama.cpp).
     pub stream: bool,
+    /// Whether a burst of calls that open with one system prompt is led by
+    /// a warm-up call: the system prompt alone, one token of reply, sent
+    /// before the first of them that the response cache cannot answer
+    /// while the others wait. A server that caches prompt prefixes then
+    /// reads the shared prompt once instead of once per parallel slot
+    /// (llama.cpp started by `scripts/local-llm.sh`, which also picks slots
+    /// so that every slot can load the warmed prefix). One extra call per
+    /// extraction run; a warm-up that fails is logged and skipped.
+    pub warm_prefix: bool,
     /// `sync` (calls answered as they are made) or `batch` (each stage's
     /// calls go to the provider's Batch API, answered within its
     /// completion window at its batch price).
@@ -443,6 +452,7 @@ impl Default for LlmSpec {
             embedding_base_url: None,
             extra_body: serde_json::Map::new(),
             stream: false,
+            warm_prefix: false,
             mode: LlmMode::Sync,
             batch: BatchSpec::default(),
             endpoints: Vec::new(),

@@ -698,3 +698,121 @@ async fn a_streamed_reply_that_loops_is_stopped_and_keeps_what_it_completed() {
     );
     assert_eq!(server.requests().len(), 1, "a loop is not asked again");
 }
+
+/// Four concurrent calls that open with one system prompt, as an
+/// extraction stage sends them.
+async fn burst(client: &LlmClient, texts: &[&str]) {
+    let calls = texts
+        .iter()
+        .map(|t| client.chat_json::<Entities>(request(t)))
+        .collect::<Vec<_>>();
+    for reply in futures::future::join_all(calls).await {
+        reply.expect("every call of the burst is answered");
+    }
+}
+
+fn is_warm_up(r: &graphloom::llm::test_server::Recorded) -> bool {
+    r.max_tokens == Some(1)
+}
+
+#[tokio::test]
+async fn a_shared_system_prompt_is_warmed_once_before_the_calls_that_miss_the_cache() {
+    let server = server_with(vec![]).await;
+    let mut behavior = Behavior::with_responder(|_| Reply::Content(GOOD.into()));
+    behavior.latency = Duration::from_millis(300);
+    server.set_behavior(behavior);
+    let mut s = spec(&server);
+    s.warm_prefix = true;
+    s.max_concurrency = 4;
+    let cache = memory_cache(CacheMode::ReadWrite);
+    let client = LlmClient::with_key(&s, None, Some(cache.clone()), "run").expect("client");
+    client.share_prefix(&Message::system("Extract entities."));
+    burst(&client, &["a", "b", "c", "d"]).await;
+
+    let seen = server.take_requests();
+    assert_eq!(seen.len(), 5, "one warm-up and the four calls");
+    let warm = &seen[0];
+    assert!(is_warm_up(warm), "the warm-up goes first: {:?}", warm.body);
+    assert_eq!(
+        warm.body["messages"],
+        json!([
+            {"role": "system", "content": "Extract entities."},
+            {"role": "user", "content": ""}
+        ])
+    );
+    assert!(warm.body.get("response_format").is_none());
+    for call in &seen[1..] {
+        assert!(!is_warm_up(call));
+        assert!(
+            call.at >= warm.at + Duration::from_millis(300),
+            "a call went out at {:?}, before the warm-up (sent at {:?}) was answered",
+            call.at,
+            warm.at
+        );
+    }
+    let rows = client.take_calls();
+    let warm_rows: Vec<_> = rows
+        .iter()
+        .filter(|r| r.item.as_deref() == Some("warm-up"))
+        .collect();
+    assert_eq!(warm_rows.len(), 1);
+    assert_eq!(
+        (warm_rows[0].stage.as_str(), warm_rows[0].status.as_str()),
+        ("extract_entities", "ok")
+    );
+    assert_eq!(warm_rows[0].prompt_tokens as u64, warm.prompt_tokens);
+
+    // Declared again: no second warm-up for the next burst.
+    client.share_prefix(&Message::system("Extract entities."));
+    burst(&client, &["e", "f"]).await;
+    assert_eq!(
+        server
+            .take_requests()
+            .iter()
+            .filter(|r| is_warm_up(r))
+            .count(),
+        0
+    );
+
+    // A rerun whose calls all hit the cache sends nothing at all.
+    let rerun = LlmClient::with_key(&s, None, Some(cache), "rerun").expect("client");
+    rerun.share_prefix(&Message::system("Extract entities."));
+    burst(&rerun, &["a", "b", "c", "d"]).await;
+    assert!(server.take_requests().is_empty());
+
+    // Off (the default), declaring a prompt changes nothing.
+    s.warm_prefix = false;
+    let off = LlmClient::with_key(&s, None, None, "off").expect("client");
+    off.share_prefix(&Message::system("Extract entities."));
+    burst(&off, &["a", "b"]).await;
+    let seen = server.take_requests();
+    assert_eq!(seen.len(), 2);
+    assert!(!seen.iter().any(is_warm_up));
+}
+
+#[tokio::test]
+async fn a_failed_warm_up_is_recorded_and_the_calls_it_led_are_answered() {
+    // The first request (the warm-up) is refused for good.
+    let server = server_with(vec![Reply::error(
+        400,
+        "messages: empty content",
+        "invalid_request_error",
+        None,
+    )])
+    .await;
+    let mut s = spec(&server);
+    s.warm_prefix = true;
+    let client = LlmClient::with_key(&s, None, None, "run").expect("client");
+    client.share_prefix(&Message::system("Extract entities."));
+    burst(&client, &["a", "b", "c"]).await;
+    let seen = server.requests();
+    assert_eq!(seen.len(), 4);
+    assert!(is_warm_up(&seen[0]) && seen[0].status == 400);
+    let rows = client.take_calls();
+    let warm = rows
+        .iter()
+        .find(|r| r.item.as_deref() == Some("warm-up"))
+        .expect("the warm-up's row");
+    assert_eq!(warm.status, "error");
+    assert_eq!(rows.iter().filter(|r| r.status == "ok").count(), 3);
+}
