@@ -865,10 +865,10 @@ pub async fn extract_entities(
             .trim()
             .to_string();
         // A name with a code keeps the code as the episode writes it; a
-        // count in front of a name and an affiliation after it ("Oskar
-        // from Pellucid") are not part of it.
+        // count in front of a name, a price in brackets after it and an
+        // affiliation after it ("Oskar from Pellucid") are not part of it.
         let name = crate::text::as_written(&name, &episode.content);
-        let name = crate::text::without_count(&name);
+        let name = crate::text::without_count(crate::text::without_price(&name));
         let name = crate::text::without_affiliation(name).to_string();
         // A type's words in front of a code type the entity, whatever type
         // the model chose ("order form AOF-2024-031" listed as a Product).
@@ -930,6 +930,12 @@ pub async fn extract_entities(
         if spec.reject_descriptions && crate::text::only_a_label(&name, &shown[0]) {
             rejected.push(reject(format!(
                 "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
+            )));
+            continue;
+        }
+        if spec.reject_descriptions && crate::text::only_a_defined_term(&name, &shown) {
+            rejected.push(reject(format!(
+                "`{name}` is written only as a term for a party (`the {name}`), not a name"
             )));
             continue;
         }

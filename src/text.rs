@@ -694,6 +694,38 @@ pub fn only_a_label(name: &str, written: &Written<'_>) -> bool {
     labels > 0
 }
 
+/// Whether the texts write `name`, one capitalised word, only as a term
+/// that stands for a party: after "the" ("the Client shall …", `(the
+/// "Client")`) or as a field label ("Client: Northwind Outfitters"), and
+/// after "the" at least once. Contracts and forms name their parties so; the
+/// party itself is named elsewhere. A one-word name written once without
+/// "the" ("Acme", "Ledger is down") is a name.
+pub fn only_a_defined_term(name: &str, texts: &[Written<'_>]) -> bool {
+    let mut wanted: Vec<String> = words(name).map(str::to_lowercase).collect();
+    if wanted.len() == 2 && wanted[0] == "the" {
+        wanted.remove(0);
+    }
+    if wanted.len() != 1 || name.chars().any(|c| c.is_ascii_digit()) {
+        return false;
+    }
+    let mut after_the = 0;
+    for t in texts {
+        for (i, w) in t.words.iter().enumerate() {
+            if w.text.to_lowercase() != wanted[0] {
+                continue;
+            }
+            let the = i > 0 && t.words[i - 1].text.eq_ignore_ascii_case("the");
+            let label = t.text[w.at + w.text.len()..].starts_with(':');
+            if the {
+                after_the += 1;
+            } else if !label {
+                return false;
+            }
+        }
+    }
+    after_the > 0
+}
+
 /// A text a model was shown, split once into the words [`common_noun`]
 /// and [`only_a_label`] read, each of which is asked about every name
 /// offered for the episode.
@@ -908,6 +940,13 @@ pub fn non_entity_kind(name: &str) -> Option<&'static str> {
     {
         return Some("an amount");
     }
+    // A line of an order or an invoice: a money amount beside other words
+    // ("Corvid Workspace seats at $14.50"). A name does not carry a price;
+    // the thing priced is named without it (a price in brackets at the end
+    // is cut off before this check, see [`without_price`]).
+    if has_price(&lower) {
+        return Some("a priced line");
+    }
     // A span of time: a number, then only units ("14 Days", "30 business
     // days"); a model capitalises them, so the count rule below misses them.
     if words.len() >= 2
@@ -1049,6 +1088,47 @@ pub fn without_count(name: &str) -> &str {
     });
     if count && words.len() >= 2 && named && plural {
         rest
+    } else {
+        trimmed
+    }
+}
+
+/// Whether `text` writes a money amount: a currency code or sign next to
+/// a number ("USD 27,400.00", "1,200 EUR", "$14.50").
+fn has_price(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| "()[]:;,".contains(c)))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let number = |w: &str| {
+        w.starts_with(|c: char| c.is_ascii_digit())
+            && w.chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+    };
+    let currency = |w: &str| CURRENCIES.contains(&w);
+    let signs = ['$', '€', '£', '¥'];
+    words
+        .windows(2)
+        .any(|p| (currency(p[0]) && number(p[1])) || (number(p[0]) && currency(p[1])))
+        || words
+            .iter()
+            .any(|w| w.starts_with(signs) && number(w.trim_start_matches(signs)))
+}
+
+/// A name without the price a model wrote after it in brackets: "20
+/// Ridgeback 14 laptops (USD 27,400.00)" is "20 Ridgeback 14 laptops"
+/// (whose count [`without_count`] then takes off). Brackets that hold no
+/// money amount stay: "Acme (UK) Ltd".
+pub fn without_price(name: &str) -> &str {
+    let trimmed = name.trim();
+    let Some(open) = trimmed.strip_suffix(')').and_then(|t| t.rfind('(')) else {
+        return trimmed;
+    };
+    let (head, bracket) = trimmed.split_at(open);
+    if !head.trim().is_empty() && has_price(bracket) {
+        head.trim_end()
     } else {
         trimmed
     }
@@ -1446,6 +1526,8 @@ mod tests {
             ("300 EUR", "an amount"),
             ("USD 5 million", "an amount"),
             ("USD 14.50 per seat per month", "an amount"),
+            ("Corvid Workspace seats at $14.50", "a priced line"),
+            ("Support renewal: 1,200 EUR", "a priced line"),
             ("14 Days", "a duration"),
             ("30 Business Days", "a duration"),
             ("36 months", "a duration"),
@@ -1505,6 +1587,9 @@ mod tests {
             "P10 Industries",
             "PS5",
             "Sevco 1",
+            "USD Partners LP",
+            "$ave-More Stores",
+            "Euro 2024 Committee",
         ] {
             assert_eq!(non_entity_kind(name), None, "{name}");
         }
@@ -1555,6 +1640,17 @@ mod tests {
         );
         assert_eq!(without_count("40 Lumen 27 monitors"), "Lumen 27 monitors");
         assert_eq!(
+            without_count(without_price("20 Ridgeback 14 laptops (USD 27,400.00)")),
+            "Ridgeback 14 laptops"
+        );
+        assert_eq!(
+            without_price("Planner seats ($1,200 per month)"),
+            "Planner seats"
+        );
+        for name in ["Acme (UK) Ltd", "(USD 5)", "Lumen 27 (2024 model)"] {
+            assert_eq!(without_price(name), name, "{name}");
+        }
+        assert_eq!(
             without_count(" 1,200 Corvid Workspace seats"),
             "Corvid Workspace seats"
         );
@@ -1598,6 +1694,30 @@ mod tests {
     /// [`only_a_label`] over a text given as a string.
     fn label(name: &str, text: &str) -> bool {
         only_a_label(name, &Written::new(text))
+    }
+
+    #[test]
+    fn a_party_written_only_as_the_party_or_a_label_is_a_defined_term() {
+        let term = |name: &str, texts: &[&str]| {
+            let written: Vec<Written> = texts.iter().map(|t| Written::new(t)).collect();
+            only_a_defined_term(name, &written)
+        };
+        let contract = "Halvorsen IT Services (\"Provider\") and Northwind Outfitters \
+                        (the \"Client\"). The Client shall give notice.";
+        let form = "Provider: Halvorsen IT Services. Client: Northwind Outfitters.";
+        assert!(term("Client", &[contract, form]));
+        assert!(term("The Client", &[contract]));
+        // Once without "the": a name (or not provably a term).
+        assert!(!term("Provider", &[contract, form]));
+        assert!(!term(
+            "Ledger",
+            &["The Ledger service paged. Ledger is down."]
+        ));
+        // A label alone is the field-label rule's, not this one's.
+        assert!(!term("Client", &[form]));
+        // Several words, or a code: names.
+        assert!(!term("Ledger Service", &["the Ledger Service paged"]));
+        assert!(!term("OF-12", &["the OF-12 order form"]));
     }
 
     #[test]
