@@ -454,6 +454,8 @@ pub struct Prompts {
     /// The words the ontology's type descriptions write in lower case
     /// ("customer", "supplier", "employee"): roles and kinds, not names.
     role_words: HashSet<String>,
+    /// The entity types of people, subtypes included ([`person_types`]).
+    person_types: HashSet<String>,
 }
 
 impl Prompts {
@@ -467,6 +469,7 @@ impl Prompts {
             fact_task_by_source: fact_task(ontology, spec, true),
             type_words: TypeWords::new(ontology),
             role_words: role_words(ontology),
+            person_types: person_types(ontology),
         }
     }
 
@@ -522,6 +525,41 @@ fn role_words(ontology: &Ontology) -> HashSet<String> {
         }
     }
     out
+}
+
+/// The entity types whose entities are people: a type named as people
+/// are (`Person`, `Employee`, `Contact`, …) or whose description's first
+/// sentence says "person", "individual" or "human", and every subtype of
+/// one. A job title offered as one of them is a role, not a person
+/// ([`crate::text::job_title`]).
+fn person_types(ontology: &Ontology) -> HashSet<String> {
+    const NAMES: [&str; 7] = [
+        "person",
+        "people",
+        "employee",
+        "contact",
+        "individual",
+        "human",
+        "staff",
+    ];
+    const WORDS: [&str; 4] = ["person", "individual", "human", "people"];
+    let people = |name: &str, description: &str| {
+        let first = description.split(['.', ';']).next().unwrap_or_default();
+        NAMES.contains(&name.to_lowercase().as_str())
+            || crate::text::words(first).any(|w| WORDS.contains(&w.to_lowercase().as_str()))
+    };
+    let roots: Vec<&String> = ontology
+        .entity_types
+        .iter()
+        .filter(|(name, t)| people(name, &t.description))
+        .map(|(name, _)| name)
+        .collect();
+    ontology
+        .entity_types
+        .keys()
+        .filter(|t| roots.iter().any(|r| ontology.entity_tree.is_a(t, r)))
+        .cloned()
+        .collect()
 }
 
 /// Whether `name` is one word (after a leading "the") that the type
@@ -930,6 +968,15 @@ pub async fn extract_entities(
         if spec.reject_descriptions && crate::text::only_a_label(&name, &shown[0]) {
             rejected.push(reject(format!(
                 "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
+            )));
+            continue;
+        }
+        if spec.reject_descriptions
+            && prompts.person_types.contains(&e.kind)
+            && crate::text::job_title(&name)
+        {
+            rejected.push(reject(format!(
+                "`{name}` is a job title, not a person's name"
             )));
             continue;
         }
@@ -2205,6 +2252,36 @@ mod tests {
         for name in ["Globex", "Customer Success Team", "Acme"] {
             assert!(!is_role_word(&roles, name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_types_of_people_are_found_by_name_or_description_with_their_subtypes() {
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "Staffer"
+            description = "A named individual. Not a team."
+            [[entity_types]]
+            name = "Engineer"
+            description = "Writes code."
+            [[entity_types]]
+            name = "Contact"
+            description = "Someone we write to."
+            [[entity_types]]
+            name = "Team"
+            description = "A group of engineers. Not a person."
+            [[entity_types]]
+            name = "Product"
+            description = "A thing we sell, e.g. Secrets Manager."
+            [entity_type_hierarchy]
+            Staffer = { Engineer = {} }
+            "#,
+        );
+        let people = person_types(&onto);
+        let mut found: Vec<&str> = people.iter().map(String::as_str).collect();
+        found.sort_unstable();
+        // "Not a person" is in Team's second sentence, not its first.
+        assert_eq!(found, ["Contact", "Engineer", "Staffer"]);
     }
 
     #[test]

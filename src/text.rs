@@ -694,12 +694,13 @@ pub fn only_a_label(name: &str, written: &Written<'_>) -> bool {
     labels > 0
 }
 
-/// Whether the texts write `name`, one capitalised word, only as a term
-/// that stands for a party: after "the" ("the Client shall …", `(the
-/// "Client")`) or as a field label ("Client: Northwind Outfitters"), and
-/// after "the" at least once. Contracts and forms name their parties so; the
-/// party itself is named elsewhere. A one-word name written once without
-/// "the" ("Acme", "Ledger is down") is a name.
+/// Whether the texts write `name`, one word, only as a term that stands
+/// for a party, the way contracts and forms name their parties: defined
+/// in quotes or as a field label at least once (`Northwind Outfitters
+/// (the "Client")`, "Client: Northwind Outfitters") and otherwise only
+/// after "the" ("The Client shall …"). The party itself is named
+/// elsewhere. A word never defined so is left alone, however often "the"
+/// comes before it ("the Acme account" is Acme's).
 pub fn only_a_defined_term(name: &str, texts: &[Written<'_>]) -> bool {
     let mut wanted: Vec<String> = words(name).map(str::to_lowercase).collect();
     if wanted.len() == 2 && wanted[0] == "the" {
@@ -708,22 +709,26 @@ pub fn only_a_defined_term(name: &str, texts: &[Written<'_>]) -> bool {
     if wanted.len() != 1 || name.chars().any(|c| c.is_ascii_digit()) {
         return false;
     }
-    let mut after_the = 0;
+    let quote = |c: Option<char>| c.is_some_and(|c| "\"“”'‘’".contains(c));
+    let mut defined = false;
     for t in texts {
         for (i, w) in t.words.iter().enumerate() {
             if w.text.to_lowercase() != wanted[0] {
                 continue;
             }
+            let end = w.at + w.text.len();
+            let quoted =
+                quote(t.text[..w.at].chars().next_back()) && quote(t.text[end..].chars().next());
+            let label = t.text[end..].starts_with(':');
             let the = i > 0 && t.words[i - 1].text.eq_ignore_ascii_case("the");
-            let label = t.text[w.at + w.text.len()..].starts_with(':');
-            if the {
-                after_the += 1;
-            } else if !label {
+            if quoted || label {
+                defined = true;
+            } else if !the {
                 return false;
             }
         }
     }
-    after_the > 0
+    defined
 }
 
 /// A text a model was shown, split once into the words [`common_noun`]
@@ -1091,6 +1096,44 @@ pub fn without_count(name: &str) -> &str {
     } else {
         trimmed
     }
+}
+
+/// The last words of job titles: "Customer Success Manager", "Enterprise
+/// Sales Lead", "Chief Revenue Officer".
+const TITLE_HEADS: [&str; 16] = [
+    "manager",
+    "lead",
+    "director",
+    "officer",
+    "engineer",
+    "analyst",
+    "specialist",
+    "coordinator",
+    "administrator",
+    "consultant",
+    "representative",
+    "executive",
+    "counsel",
+    "controller",
+    "president",
+    "architect",
+];
+
+/// Whether `name` is a job title: two or more capitalised words (or a
+/// title with "of"/"and"/"for" inside) that end in a title's last word
+/// ([`TITLE_HEADS`]), with no digit, bracket or comma. Asked only of names
+/// offered as people: a person's name does not end in "Manager", a
+/// product's may ("Secrets Manager"), so the caller checks the type.
+pub fn job_title(name: &str) -> bool {
+    let words: Vec<&str> = name.split_whitespace().collect();
+    if words.len() < 2 || name.contains(|c: char| c.is_ascii_digit() || "(),<>@".contains(c)) {
+        return false;
+    }
+    let last = words[words.len() - 1].to_lowercase();
+    TITLE_HEADS.contains(&last.as_str())
+        && words
+            .iter()
+            .all(|w| w.starts_with(char::is_uppercase) || matches!(*w, "of" | "and" | "for" | "&"))
 }
 
 /// Whether `text` writes a money amount: a currency code or sign next to
@@ -1697,6 +1740,30 @@ mod tests {
     }
 
     #[test]
+    fn a_title_without_a_name_is_a_job_title() {
+        for title in [
+            "Customer Success Manager",
+            "Enterprise Sales Lead",
+            "Chief Revenue Officer",
+            "VP of Engineering and Operations Director",
+            "Site Reliability Engineer",
+        ] {
+            assert!(job_title(title), "{title}");
+        }
+        for name in [
+            "Priya Raman",
+            "Manager",
+            "Priya Raman, Procurement Manager",
+            "Dana Whitcombe (Sales Lead)",
+            "Lead",
+            "the procurement manager",
+            "Grace Adeyemi",
+        ] {
+            assert!(!job_title(name), "{name}");
+        }
+    }
+
+    #[test]
     fn a_party_written_only_as_the_party_or_a_label_is_a_defined_term() {
         let term = |name: &str, texts: &[&str]| {
             let written: Vec<Written> = texts.iter().map(|t| Written::new(t)).collect();
@@ -1707,14 +1774,15 @@ mod tests {
         let form = "Provider: Halvorsen IT Services. Client: Northwind Outfitters.";
         assert!(term("Client", &[contract, form]));
         assert!(term("The Client", &[contract]));
-        // Once without "the": a name (or not provably a term).
-        assert!(!term("Provider", &[contract, form]));
+        assert!(term("Client", &[form, "The Client may add devices."]));
+        // Once without "the" or a definition: a name (or not provably a term).
+        assert!(!term("Provider", &[contract, "Provider invoices monthly."]));
+        assert!(!term("Ledger", &["The Ledger: paged. Ledger is down."]));
+        // Never defined: "the" before a name does not make it a term.
         assert!(!term(
-            "Ledger",
-            &["The Ledger service paged. Ledger is down."]
+            "Acme",
+            &["We renewed the Acme MSA. The Acme account grew."]
         ));
-        // A label alone is the field-label rule's, not this one's.
-        assert!(!term("Client", &[form]));
         // Several words, or a code: names.
         assert!(!term("Ledger Service", &["the Ledger Service paged"]));
         assert!(!term("OF-12", &["the OF-12 order form"]));
