@@ -125,6 +125,19 @@ pub async fn write_older_table(
         .expect("the older table");
 }
 
+/// Whether a request the test server saw is a warm-up call
+/// (`llm.warm_prefix`, which the example pipelines set): a system prompt
+/// with an empty user message and one token of reply.
+pub fn is_warm_up(request: &graphloom::llm::test_server::Recorded) -> bool {
+    request.max_tokens == Some(1) && request.body["messages"][1]["content"] == ""
+}
+
+/// The warm-up calls among `requests`: none is answered from the response
+/// cache, so a replay has that many hits fewer than the run had calls.
+pub fn warm_ups(requests: &[graphloom::llm::test_server::Recorded]) -> usize {
+    requests.iter().filter(|r| is_warm_up(r)).count()
+}
+
 /// A subtype-walk reply as the walk's schema asks for it, an object keyed
 /// by item number, from `{"id", "subtype", "attributes"?}` answers: the
 /// bare subtype, or the subtype with its attributes when any are given.

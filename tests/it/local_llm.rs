@@ -241,8 +241,10 @@ async fn a_run_with_the_local_model_types_purchase_orders_as_contracts() {
         "most episodes must make it: {report:?}"
     );
     assert!(report.nodes_added >= 2);
+    // Entity, fact and walk calls, and one warm-up for the run.
+    let warm_up = 1.0 / report.episodes_planned.max(1) as f64;
     assert!(
-        report.calls_per_episode() <= 3.0,
+        report.calls_per_episode() <= 3.0 + warm_up + 1e-9,
         "{}",
         report.calls_per_episode()
     );
