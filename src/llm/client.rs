@@ -584,11 +584,7 @@ impl LlmClient {
             "temperature": self.settings.temperature,
             "max_tokens": 1,
         });
-        if let Value::Object(map) = &mut body {
-            for (k, v) in &self.settings.extra_body {
-                map.insert(k.clone(), v.clone());
-            }
-        }
+        self.merge_extra_body(&mut body);
         let est = estimate_tokens(&messages) + 1;
         let item = Some("warm-up".to_string());
         let (usage, spent, error) = match self
@@ -1000,12 +996,17 @@ impl LlmClient {
             1 => body["response_format"] = json!({"type": "json_object"}),
             _ => {}
         }
-        if let Value::Object(map) = &mut body {
+        self.merge_extra_body(&mut body);
+        body
+    }
+
+    /// Merges `llm.extra_body` into a chat request body.
+    fn merge_extra_body(&self, body: &mut Value) {
+        if let Value::Object(map) = body {
             for (k, v) in &self.settings.extra_body {
                 map.insert(k.clone(), v.clone());
             }
         }
-        body
     }
 
     /// The error of a replay that found no cached reply, recorded as a

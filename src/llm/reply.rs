@@ -391,13 +391,7 @@ fn prune(
                 items.retain_mut(|v| {
                     let at = format!("{at}[{i}]");
                     i += 1;
-                    match prune(v, item, root, &at, notes) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            notes.push(format!("{at} dropped: {e}"));
-                            false
-                        }
-                    }
+                    keep_item(v, item, root, &at, notes)
                 });
             }
         }
@@ -406,15 +400,9 @@ fn prune(
                 if keyed_collection(s, props) {
                     // A member that breaks its schema is dropped, as an
                     // element of a list is: the others keep their answers.
-                    map.retain(|k, v| {
-                        let at = format!("{at}.{k}");
-                        match props.get(k).map(|p| prune(v, p, root, &at, notes)) {
-                            Some(Err(e)) => {
-                                notes.push(format!("{at} dropped: {e}"));
-                                false
-                            }
-                            _ => true,
-                        }
+                    map.retain(|k, v| match props.get(k) {
+                        Some(p) => keep_item(v, p, root, &format!("{at}.{k}"), notes),
+                        None => true,
                     });
                 } else {
                     for (k, v) in map.iter_mut() {
@@ -428,6 +416,25 @@ fn prune(
         _ => {}
     }
     Ok(())
+}
+
+/// Prunes one item of a collection (a list element or a keyed member)
+/// and says whether to keep it: an item that breaks its schema is
+/// dropped with a note, so the other items keep their answers.
+fn keep_item(
+    v: &mut Value,
+    schema: &Value,
+    root: &Value,
+    at: &str,
+    notes: &mut Vec<String>,
+) -> bool {
+    match prune(v, schema, root, at, notes) {
+        Ok(()) => true,
+        Err(e) => {
+            notes.push(format!("{at} dropped: {e}"));
+            false
+        }
+    }
 }
 
 /// Whether an object schema describes a collection keyed by name rather
