@@ -1157,6 +1157,12 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
         r.duplicate_facts,
         r.invalidated_facts
     );
+    if r.retyped_mentions > 0 {
+        out!(
+            "records named the type of {} text mentions (resolve.record_types_win)",
+            r.retyped_mentions
+        );
+    }
     if r.ambiguous_entities > 0 {
         out!(
             "resolution: {} ambiguous mentions, {} merged on adjudication, the rest kept separate",

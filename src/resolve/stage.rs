@@ -121,8 +121,6 @@ pub struct StageOutput {
     pub ambiguous: usize,
     /// Of those, merged on adjudication.
     pub adjudicated: usize,
-    /// Text mentions that took the type a record gives their name.
-    pub retyped: usize,
     /// Facts folded into another.
     pub duplicates: usize,
     /// Facts invalidated.
@@ -136,65 +134,6 @@ pub async fn resolve_run(
     facts: &[RunFact<'_>],
 ) -> Result<StageOutput, ResolveError> {
     let mut out = StageOutput::default();
-    // Records name types: text mentions of a record's name take its chain
-    // (and the facts on them a relation type that fits).
-    let chains = if cx.spec.record_types_win {
-        super::record_types::record_chains(cx.ctx, "nodes", cx.spec, mentions)
-            .await
-            .map_err(step("matching text names to the types records give them"))?
-    } else {
-        vec![None; mentions.len()]
-    };
-    let retyped: Vec<Option<Mention>> = mentions
-        .iter()
-        .zip(&chains)
-        .map(|(m, chain)| {
-            chain.as_ref().map(|chain| Mention {
-                chain: chain.clone(),
-                // Properties of the type the text gave; not the record's.
-                attributes: Map::new(),
-                ..m.mention.clone()
-            })
-        })
-        .collect();
-    out.retyped = retyped.iter().flatten().count();
-    if out.retyped > 0 {
-        tracing::info!(
-            "records named the type of {} text mentions: {:?}",
-            out.retyped,
-            super::record_types::summary(mentions, &chains)
-        );
-    }
-    let mentions: Vec<RunMention> = mentions
-        .iter()
-        .zip(&retyped)
-        .map(|(m, r)| RunMention {
-            group_id: m.group_id,
-            mention: r.as_ref().unwrap_or(m.mention),
-        })
-        .collect();
-    let refitted: Vec<Option<(FactMention, bool)>> = facts
-        .iter()
-        .map(|f| {
-            if retyped[f.source].is_none() && retyped[f.target].is_none() {
-                return None;
-            }
-            refit(cx.ontology, f, &mentions)
-        })
-        .collect();
-    let facts: Vec<RunFact> = facts
-        .iter()
-        .zip(&refitted)
-        .map(|(f, r)| match r {
-            Some((fact, swapped)) => RunFact {
-                source: if *swapped { f.target } else { f.source },
-                target: if *swapped { f.source } else { f.target },
-                fact,
-            },
-            None => RunFact { ..*f },
-        })
-        .collect();
-    let (mentions, facts) = (mentions.as_slice(), facts.as_slice());
     let resolved = cluster_mentions(cx, mentions, &mut out).await?;
     let committed = committed_nodes(
         cx.ctx,
@@ -242,39 +181,6 @@ pub async fn resolve_run(
     out.edges_added = edges_added;
     out.edges = edges;
     Ok(out)
-}
-
-/// A fact one of whose ends a record retyped, under the relation type that
-/// fits the new endpoint types (as extraction chooses it: the type, its
-/// parents, a type its words write, or the generic one; possibly
-/// reversed), and whether its ends swap. `None`: it stays as it is.
-fn refit(
-    ontology: &Ontology,
-    f: &RunFact<'_>,
-    mentions: &[RunMention<'_>],
-) -> Option<(FactMention, bool)> {
-    let (s, t) = (mentions[f.source].mention, mentions[f.target].mention);
-    let (relation, swapped) = crate::extract::fitting_relation_in(
-        ontology,
-        f.fact.relation_type(),
-        &f.fact.written_types,
-        s.type_name(),
-        t.type_name(),
-    )?;
-    if relation == f.fact.relation_type() && !swapped {
-        return None;
-    }
-    let chain = ontology
-        .edge_tree
-        .chain(&relation)
-        .unwrap_or_else(|| vec![relation.clone()]);
-    Some((
-        FactMention {
-            chain,
-            ..f.fact.clone()
-        },
-        swapped,
-    ))
 }
 
 /// Entities: DataFusion candidate joins and the merge rules, then what

@@ -7,6 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use datafusion::error::DataFusionError;
+use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use rayon::prelude::*;
 
@@ -15,9 +17,11 @@ use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
 use crate::llm::{LlmClient, LlmError};
 use crate::mapping::{Mapped, Mappings};
 use crate::ontology::Ontology;
+use crate::resolve::record_types;
 use crate::resolve::stage::{RunFact, RunMention};
 use crate::rows::FailureRow;
 use crate::source::Episode;
+use crate::spec::ResolveSpec;
 use crate::stage::Stage;
 
 /// The episodes of each document (by group), in archive order, so that an
@@ -330,6 +334,60 @@ impl<'a> Extraction<'a> {
             walk.refined
         );
         self.rejected.extend(rejected);
+    }
+
+    /// Records name types (`resolve.record_types_win`): a text mention
+    /// named exactly as a record's entity (mapped by this run, or a
+    /// committed node of origin `map`) but typed incompatibly takes the
+    /// record's chain, and drops its properties (of the other type). This
+    /// runs before the fact calls, so that a fact call offers the relation
+    /// types the record's type allows: typed as a Company, the team
+    /// "Platform Reliability" could only be WORKS_FOR's target, and
+    /// nobody's MEMBER_OF. Returns how many mentions took a record's type.
+    pub(super) async fn take_record_types(
+        &mut self,
+        ctx: &SessionContext,
+        spec: &ResolveSpec,
+    ) -> Result<usize, DataFusionError> {
+        if !spec.record_types_win || self.mapped.is_empty() && self.mentions.is_empty() {
+            return Ok(0);
+        }
+        // Text mentions first, in `self.mentions` order, then the records'.
+        let mut group_of = vec![""; self.mentions.len()];
+        for (&i, &(a, b)) in &self.mention_range {
+            group_of[a..b].fill(self.all[i].group_id.as_str());
+        }
+        let mut run: Vec<RunMention> = self
+            .mentions
+            .iter()
+            .zip(&group_of)
+            .map(|(mention, group_id)| RunMention { group_id, mention })
+            .collect();
+        for (i, mapped) in &self.mapped {
+            let group_id = self.all[*i].group_id.as_str();
+            run.extend(
+                mapped
+                    .mentions
+                    .iter()
+                    .map(|mention| RunMention { group_id, mention }),
+            );
+        }
+        let chains = record_types::record_chains(ctx, "nodes", spec, &run).await?;
+        let retyped = chains.iter().flatten().count();
+        if retyped > 0 {
+            tracing::info!(
+                "records named the type of {retyped} text mentions: {:?}",
+                record_types::summary(&run, &chains)
+            );
+        }
+        drop(run);
+        for (m, chain) in self.mentions.iter_mut().zip(chains) {
+            if let Some(chain) = chain {
+                m.chain = chain;
+                m.attributes.clear();
+            }
+        }
+        Ok(retyped)
     }
 
     /// One fact call per episode with entities.

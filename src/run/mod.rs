@@ -180,6 +180,9 @@ pub struct RunReport {
     pub episodes_planned: usize,
     /// Of those, records a `[[mapping]]` applied to (no LLM call).
     pub episodes_mapped: usize,
+    /// Text mentions that took the type a record gives their name
+    /// (`resolve.record_types_win`).
+    pub retyped_mentions: usize,
     /// Episodes committed with their entities and facts.
     pub episodes_added: usize,
     /// Failure rows written, by stage.
@@ -534,6 +537,13 @@ async fn execute(
     work.classify_entities().await;
     mark = report.timings.lap(Stage::ClassifyEntities, mark);
     settled!(client, Stage::ClassifyEntities);
+    report.retyped_mentions = work
+        .take_record_types(&ctx, &job.spec.resolve)
+        .await
+        .map_err(|source| ResolveError::DataFusion {
+            step: "matching text names to the types records give them",
+            source,
+        })?;
     work.facts(&to_extract).await;
     mark = report.timings.lap(Stage::ExtractFacts, mark);
     settled!(client, Stage::ExtractFacts);
