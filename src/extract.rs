@@ -1771,6 +1771,50 @@ struct Sentences<'a> {
     /// Per mention: whether the episode names it anywhere, headers and
     /// speakers included.
     anywhere: Vec<bool>,
+    /// Per mention: how a sentence names it.
+    names: Vec<NameWords>,
+}
+
+/// How a sentence names a mention: all its words in a row (case
+/// ignored), or its first word as the text capitalises it.
+struct NameWords {
+    /// The name's words, in lower case.
+    whole: Vec<String>,
+    /// Its first word, when it is capitalised and 3 letters or more.
+    first: Option<String>,
+}
+
+impl NameWords {
+    fn of(name: &str) -> Self {
+        NameWords {
+            whole: crate::text::words(name).map(str::to_lowercase).collect(),
+            first: crate::text::words(name)
+                .next()
+                .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase))
+                .map(str::to_string),
+        }
+    }
+
+    /// Where `words` (as written) first name it: the index of the name's
+    /// first word, and of the word after the name.
+    fn in_words(&self, words: &[&str]) -> Option<(usize, usize)> {
+        let n = self.whole.len();
+        (0..words.len()).find_map(|i| {
+            if n > 0
+                && words.len() >= i + n
+                && words[i..i + n]
+                    .iter()
+                    .zip(&self.whole)
+                    .all(|(w, x)| w.to_lowercase() == *x)
+            {
+                Some((i, i + n))
+            } else if self.first.as_deref() == Some(words[i]) {
+                Some((i, i + 1))
+            } else {
+                None
+            }
+        })
+    }
 }
 
 /// One sentence of an episode, as [`Sentences`] reads it.
@@ -1798,32 +1842,17 @@ const HEADERS: [&str; 7] = [
 impl<'a> Sentences<'a> {
     fn new(content: &'a str, mentions: &[Mention]) -> Self {
         // Each name's words are taken once, not once per sentence.
-        let names: Vec<(Vec<String>, Option<&str>)> = mentions
-            .iter()
-            .map(|m| {
-                let whole = crate::text::words(&m.name).map(str::to_lowercase).collect();
-                let first = crate::text::words(&m.name)
-                    .next()
-                    .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase));
-                (whole, first)
-            })
-            .collect();
+        let names: Vec<NameWords> = mentions.iter().map(|m| NameWords::of(&m.name)).collect();
         let named_in = |text: &str| -> Vec<usize> {
             let words: Vec<&str> = crate::text::words(text).collect();
             (0..names.len())
-                .filter(|&i| {
-                    let (whole, first) = &names[i];
-                    (!whole.is_empty()
-                        && words
-                            .windows(whole.len())
-                            .any(|win| win.iter().zip(whole).all(|(w, n)| w.to_lowercase() == *n)))
-                        || first.is_some_and(|f| words.contains(&f))
-                })
+                .filter(|&i| names[i].in_words(&words).is_some())
                 .collect()
         };
         let mut out = Sentences {
             sentences: Vec::new(),
             anywhere: vec![false; mentions.len()],
+            names: Vec::new(),
         };
         let mut sender: Option<usize> = None;
         for line in content.lines() {
@@ -1871,6 +1900,7 @@ impl<'a> Sentences<'a> {
                 });
             }
         }
+        out.names = names;
         out
     }
 
@@ -1905,8 +1935,73 @@ impl<'a> Sentences<'a> {
     /// contract with Acme ended in February and she joined Brightline")
     /// may be about another relationship and is not read.
     fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
+        let today = reference.date_naive();
         self.about_pair(a, b)
-            .find_map(|text| stated_end(text, reference.date_naive()))
+            .find_map(|text| stated_end(text, today))
+            .or_else(|| self.handed_over(a, b, today))
+            .or_else(|| self.handed_over(b, a, today))
+    }
+
+    /// The day the episode says someone takes `thing` over from `giver`,
+    /// which ends the giver's relationship with it: "Sofia takes over my
+    /// Harbour Gateway on-call shifts from 3 March" (written by the giver),
+    /// "Ingrid takes over Priya's account", "… takes over Harbour Gateway
+    /// from Tomás". The one taking over is the verb's subject: the giver
+    /// and the thing are named after "take(s) over". The day is the one a
+    /// start word gives ("from 3 March"), else the one the sentence
+    /// writes ("on 10 March"); else, when the sentence says
+    /// "that day" or "then", the last date the episode wrote before it;
+    /// else the episode's day. Small models write such a sentence as the
+    /// new holder's fact alone, or as the giver's current one.
+    fn handed_over(&self, giver: usize, thing: usize, today: NaiveDate) -> Option<NaiveDate> {
+        self.sentences.iter().enumerate().find_map(|(k, s)| {
+            if !s.named.contains(&thing) {
+                return None;
+            }
+            let words: Vec<&str> = crate::text::words(s.text).collect();
+            let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+            let verb = lower.windows(2).position(|w| {
+                matches!(
+                    w[0].as_str(),
+                    "take" | "takes" | "took" | "taking" | "taken"
+                ) && w[1] == "over"
+            })?;
+            let after = verb + 2;
+            self.names[thing].in_words(&words[after..])?;
+            let rest = &lower[after..];
+            let gives = if s.writer == Some(giver) && !s.named.contains(&giver) {
+                rest.iter().any(|w| w == "my" || w == "me")
+            } else {
+                // "Priya's account" or "from Tomás", after the verb.
+                self.names[giver]
+                    .in_words(&words[after..])
+                    .is_some_and(|(start, end)| {
+                        rest.get(end).is_some_and(|w| w == "s")
+                            || start > 0 && rest[start - 1] == "from"
+                    })
+            };
+            if !gives {
+                return None;
+            }
+            let back = lower
+                .windows(2)
+                .any(|w| w[0] == "that" && matches!(w[1].as_str(), "day" | "date"))
+                || lower.iter().any(|w| w == "then");
+            Some(
+                stated_start(s.text, today)
+                    .or_else(|| crate::values::last_date(s.text, today))
+                    .or_else(|| {
+                        back.then(|| {
+                            self.sentences[..k]
+                                .iter()
+                                .rev()
+                                .find_map(|p| crate::values::last_date(p.text, today))
+                        })
+                        .flatten()
+                    })
+                    .unwrap_or(today),
+            )
+        })
     }
 
     /// The sentences about `a` and `b` alone: each names both and no other
@@ -3063,6 +3158,60 @@ mod tests {
             end("Arjun Raghunathan: I'm on call for Tidewell.", 2, 1),
             None,
             "no end stated"
+        );
+    }
+
+    #[test]
+    fn taking_something_over_from_someone_ends_their_relationship_with_it_and_not_the_takers() {
+        // Written on Monday 24 February 2025.
+        let reference = parse_time(Some("2025-02-24T16:40:00Z"))
+            .expect("time")
+            .expect("some");
+        let mentions = [
+            mention("Tomás Ferreira", "Person"),
+            mention("Sofia Brandt", "Person"),
+            mention("Harbour Gateway", "Service"),
+            mention("Platform Reliability", "Team"),
+        ];
+        let end = |content: &str, a, b| {
+            Sentences::new(content, &mentions)
+                .pair_end(a, b, reference)
+                .map(|d| d.to_string())
+        };
+        // The writer hands over; "that day" is the date written before.
+        let chat = "Tomás Ferreira: Heads-up: on Monday 3 March I move from Platform \
+                    Reliability. Sofia takes over my Harbour Gateway on-call shifts from that day.";
+        assert_eq!(end(chat, 0, 2).as_deref(), Some("2025-03-03"));
+        assert_eq!(
+            end(chat, 2, 0).as_deref(),
+            Some("2025-03-03"),
+            "either order"
+        );
+        assert_eq!(end(chat, 1, 2), None, "the one taking over keeps it");
+        assert_eq!(end(chat, 1, 0), None, "the two people are not handed over");
+        // A named giver, after the verb; a start word gives the day.
+        let named = "Sofia takes over Harbour Gateway from Tomás on 10 March.";
+        assert_eq!(end(named, 0, 2).as_deref(), Some("2025-03-10"));
+        let possessive = "Sofia takes over Tomás's Harbour Gateway shifts.";
+        assert_eq!(
+            end(possessive, 0, 2).as_deref(),
+            Some("2025-02-24"),
+            "no day written: the episode's"
+        );
+        assert_eq!(end(possessive, 1, 2), None);
+        // Not a handover: the writer takes something over, or someone
+        // takes over nothing the pair names.
+        assert_eq!(
+            end(
+                "Tomás Ferreira: I take over Harbour Gateway from today.",
+                0,
+                2
+            ),
+            None
+        );
+        assert_eq!(
+            end("Tomás Ferreira: Sofia takes over our account.", 0, 2),
+            None
         );
     }
 }

@@ -207,6 +207,28 @@ pub fn stated_start(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
     })
 }
 
+/// The last date `text` writes, resolved against `today` as [`stated_end`]
+/// resolves a date ahead of it ("on Monday 3 March I move …" gives 3
+/// March): what "from that day" refers back to. A date is read where a
+/// word begins one ("3 March", "March 3", "2025-03-03", "Monday",
+/// "tomorrow"), not from a word inside one. `None` when it writes none.
+pub fn last_date(text: &str, today: NaiveDate) -> Option<NaiveDate> {
+    let words: Vec<String> = crate::text::words(text).map(str::to_lowercase).collect();
+    let inside = |i: usize| {
+        i > 0 && {
+            let before = words[i - 1].as_str();
+            day_number(before).is_some()
+                || month_number(before).is_some()
+                || WEEKDAY_NAMES.contains(&before)
+                || year_number(Some(&words[i - 1])).is_some()
+        }
+    };
+    (0..words.len())
+        .rev()
+        .filter(|&i| !inside(i))
+        .find_map(|i| date_at(&words[i..], today, true))
+}
+
 /// "No longer on call for Fare Engine as of 1 May": the day after "as of"
 /// (or "from", "since", "effective") that follows "no longer", behind the sentence
 /// unless it speaks of the future ("will no longer … as of 1 June").
@@ -307,6 +329,14 @@ fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate>
         };
     }
     if let Some(weekday) = WEEKDAY_NAMES.iter().position(|d| *d == first) {
+        // "Monday 3 March": the date says the day; the weekday only
+        // repeats it.
+        if let Some(date) = date_at(&w[1..], today, ahead).filter(|_| {
+            w.get(1)
+                .is_some_and(|x| day_number(x).is_some() || month_number(x).is_some())
+        }) {
+            return Some(date);
+        }
         let from = today.weekday().num_days_from_monday();
         let to = u32::try_from(weekday).ok()?;
         let days = if ahead {
@@ -345,6 +375,23 @@ fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_date_a_text_writes_is_read_where_it_begins() {
+        let today = NaiveDate::from_ymd_opt(2025, 2, 24).expect("day");
+        let last = |t: &str| super::last_date(t, today).map(|d| d.to_string());
+        // A weekday before a date only repeats it (24 February is itself
+        // a Monday: read alone it would be today).
+        assert_eq!(
+            last("Heads-up: on Monday 3 March I move to Payments").as_deref(),
+            Some("2025-03-03")
+        );
+        assert_eq!(
+            last("from 2025-03-01 until March 14, 2025, then on Friday").as_deref(),
+            Some("2025-02-28")
+        );
+        assert_eq!(last("raised the pool from 40 to 120 per pod"), None);
+    }
 
     #[test]
     fn model_text_is_coerced_to_the_declared_kind() {
