@@ -894,6 +894,14 @@ pub async fn extract_entities(
         .as_deref()
         .map(normalize_name)
         .filter(|d| !d.is_empty() && !normalize_name(&episode.content).contains(d.as_str()));
+    let checks = NameChecks {
+        spec,
+        prompts,
+        content: &episode.content,
+        shown: &shown,
+        shown_words: &shown_words,
+        source_only: source_only.as_deref(),
+    };
     let chars: Vec<char> = episode.content.chars().collect();
     for e in reply.value.entities {
         let name = e
@@ -921,79 +929,8 @@ pub async fn extract_entities(
             reason,
             excerpt: format!("{} ({})", e.name, e.kind),
         };
-        if normalized.is_empty() {
-            rejected.push(reject("entity with an empty name".into()));
-            continue;
-        }
-        // Small models list dates and amounts despite the rules.
-        if parse_time(Some(&name)).is_ok_and(|t| t.is_some())
-            || !name.chars().any(char::is_alphabetic)
-        {
-            rejected.push(reject(format!(
-                "`{name}` is a date or a number, not an entity"
-            )));
-            continue;
-        }
-        if let Some(kind) = crate::text::non_entity_kind(&name) {
-            rejected.push(reject(format!("`{name}` is {kind}, not an entity")));
-            continue;
-        }
-        if crate::text::month_as_date(&name, &episode.content) {
-            rejected.push(reject(format!(
-                "`{name}` is a month the episode uses as a date, not an entity"
-            )));
-            continue;
-        }
-        if source_only.as_deref() == Some(normalized.as_str()) {
-            rejected.push(reject(format!(
-                "`{name}` is the episode's source, not an entity it writes"
-            )));
-            continue;
-        }
-        // Every name is copied from what the model was shown; one that
-        // shares no word with it is made up (the 0.5B model lists words of
-        // the prompt's own rules: "Date", "Quantity", "Generic Noun").
-        if !crate::text::words(&name).any(|w| shown_words.contains(&w.to_lowercase())) {
-            rejected.push(reject(format!(
-                "`{name}` shares no word with the episode or its context: not a name it writes"
-            )));
-            continue;
-        }
-        if spec.reject_descriptions && crate::text::common_noun(&name, &shown) {
-            rejected.push(reject(format!(
-                "`{name}` is written only in lower case in the episode and its context: a common noun, not a name"
-            )));
-            continue;
-        }
-        if spec.reject_descriptions && crate::text::only_a_label(&name, &shown[0]) {
-            rejected.push(reject(format!(
-                "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
-            )));
-            continue;
-        }
-        if spec.reject_descriptions
-            && prompts.person_types.contains(&e.kind)
-            && crate::text::job_title(&name)
-        {
-            rejected.push(reject(format!(
-                "`{name}` is a job title, not a person's name"
-            )));
-            continue;
-        }
-        if spec.reject_descriptions && crate::text::only_a_defined_term(&name, &shown) {
-            rejected.push(reject(format!(
-                "`{name}` is written only as a term for a party (`the {name}`), not a name"
-            )));
-            continue;
-        }
-        if type_words.spelled_by(&name) || normalized == normalize_name(ENTITY_LABEL) {
-            rejected.push(reject(format!("entity named after a type: `{name}`")));
-            continue;
-        }
-        if spec.reject_descriptions && is_role_word(&prompts.role_words, &name) {
-            rejected.push(reject(format!(
-                "`{name}` is a role or a kind the type descriptions name, not a name"
-            )));
+        if let Some(reason) = checks.not_a_name(&name, &normalized, &e.kind) {
+            rejected.push(reject(reason));
             continue;
         }
         // The model's type stands only when it is the named type or below it.
@@ -1065,6 +1002,88 @@ pub async fn extract_entities(
         });
     }
     Ok((mentions, rejected))
+}
+
+/// What an entity call's names are checked against: the episode and
+/// its context as the model was shown them.
+struct NameChecks<'a> {
+    spec: &'a ExtractSpec,
+    prompts: &'a Prompts,
+    /// The episode's text.
+    content: &'a str,
+    /// The episode, then its context, each as its words.
+    shown: &'a [crate::text::Written<'a>],
+    /// Every word shown (the source description's too), in lower case.
+    shown_words: &'a HashSet<String>,
+    /// Where the episode comes from ("engineering mailbox"), normalised,
+    /// unless the episode itself writes it.
+    source_only: Option<&'a str>,
+}
+
+impl NameChecks<'_> {
+    /// Why `name` (`normalized`, offered as a `kind`) is not an entity,
+    /// by the first rule it breaks; `None` when it breaks none.
+    fn not_a_name(&self, name: &str, normalized: &str, kind: &str) -> Option<String> {
+        let descriptions = self.spec.reject_descriptions;
+        if normalized.is_empty() {
+            return Some("entity with an empty name".into());
+        }
+        // Small models list dates and amounts despite the rules.
+        if parse_time(Some(name)).is_ok_and(|t| t.is_some())
+            || !name.chars().any(char::is_alphabetic)
+        {
+            return Some(format!("`{name}` is a date or a number, not an entity"));
+        }
+        if let Some(what) = crate::text::non_entity_kind(name) {
+            return Some(format!("`{name}` is {what}, not an entity"));
+        }
+        if crate::text::month_as_date(name, self.content) {
+            return Some(format!(
+                "`{name}` is a month the episode uses as a date, not an entity"
+            ));
+        }
+        if self.source_only == Some(normalized) {
+            return Some(format!(
+                "`{name}` is the episode's source, not an entity it writes"
+            ));
+        }
+        // Every name is copied from what the model was shown; one that
+        // shares no word with it is made up (the 0.5B model lists words of
+        // the prompt's own rules: "Date", "Quantity", "Generic Noun").
+        if !crate::text::words(name).any(|w| self.shown_words.contains(&w.to_lowercase())) {
+            return Some(format!(
+                "`{name}` shares no word with the episode or its context: not a name it writes"
+            ));
+        }
+        if descriptions && crate::text::common_noun(name, self.shown) {
+            return Some(format!(
+                "`{name}` is written only in lower case in the episode and its context: a common noun, not a name"
+            ));
+        }
+        if descriptions && crate::text::only_a_label(name, &self.shown[0]) {
+            return Some(format!(
+                "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
+            ));
+        }
+        if descriptions && self.prompts.person_types.contains(kind) && crate::text::job_title(name)
+        {
+            return Some(format!("`{name}` is a job title, not a person's name"));
+        }
+        if descriptions && crate::text::only_a_defined_term(name, self.shown) {
+            return Some(format!(
+                "`{name}` is written only as a term for a party (`the {name}`), not a name"
+            ));
+        }
+        if self.prompts.type_words.spelled_by(name) || normalized == normalize_name(ENTITY_LABEL) {
+            return Some(format!("entity named after a type: `{name}`"));
+        }
+        if descriptions && is_role_word(&self.prompts.role_words, name) {
+            return Some(format!(
+                "`{name}` is a role or a kind the type descriptions name, not a name"
+            ));
+        }
+        None
+    }
 }
 
 /// Whether two names share a word of three or more letters (case
@@ -1618,8 +1637,11 @@ pub async fn extract_facts(
     rejected.extend(dropped(Stage::ExtractFacts, episode, unshaped));
     let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
     let sentences = Sentences::new(&episode.content, mentions);
-    // Records are not prose: their fields are not sentences.
-    let judged = spec.require_stated_pair && episode.kind != crate::spec::EpisodeKind::Json;
+    // Records are not prose: their fields are not sentences, and their
+    // structure says which values belong together.
+    let record = (episode.kind == crate::spec::EpisodeKind::Json)
+        .then(|| RecordPlaces::new(&episode.content, mentions));
+    let judged = spec.require_stated_pair && record.is_none();
     for f in facts_out {
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractFacts,
@@ -1652,6 +1674,16 @@ pub async fn extract_facts(
         // recipient, the company the line or the e-mail names ("Dana:
         // Legal sent over the new Acme contract" became "Dana works for
         // Acme").
+        // Small models pair every vendor of a report's list with every
+        // order in it ("Acme Corp is a party to PO-4614", a Brightline
+        // order listed next to two of Acme's).
+        if record.as_ref().is_some_and(|r| !r.pair_stated(s, t)) {
+            rejected.push(reject(format!(
+                "the record never holds `{}` and `{}` in one object (values of two items of a list are not related): not stated, fact dropped",
+                mentions[s].name, mentions[t].name
+            )));
+            continue;
+        }
         if judged && !sentences.pair_stated(s, t) {
             rejected.push(reject(format!(
                 "no sentence of the episode names both `{}` and `{}` (a chat speaker or an e-mail header does not count; a writer's \"I\" does): not stated, fact dropped",
@@ -1757,6 +1789,120 @@ pub async fn extract_facts(
         });
     }
     Ok((facts, rejected))
+}
+
+/// Where a record (a JSON episode) holds each mention's name: per
+/// mention, the containers (objects and lists, by number, the outermost
+/// first) around each value or key that writes it.
+struct RecordPlaces {
+    /// `None` when the episode is not JSON: nothing can be judged.
+    places: Option<Vec<Vec<Vec<Container>>>>,
+}
+
+/// An object or list of a record, numbered in the order the walk meets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Container {
+    id: usize,
+    is_object: bool,
+}
+
+impl RecordPlaces {
+    fn new(content: &str, mentions: &[Mention]) -> Self {
+        let Ok(value) = serde_json::from_str::<Value>(content) else {
+            return RecordPlaces { places: None };
+        };
+        let names: Vec<String> = mentions.iter().map(|m| normalize_name(&m.name)).collect();
+        let mut places = vec![Vec::new(); mentions.len()];
+        let mut next = 0;
+        let mut path = Vec::new();
+        Self::walk(&value, &names, &mut path, &mut next, &mut places);
+        RecordPlaces {
+            places: Some(places),
+        }
+    }
+
+    fn walk(
+        value: &Value,
+        names: &[String],
+        path: &mut Vec<Container>,
+        next: &mut usize,
+        places: &mut [Vec<Vec<Container>>],
+    ) {
+        let note = |text: &str, path: &[Container], places: &mut [Vec<Vec<Container>>]| {
+            let written = normalize_name(text);
+            for (i, name) in names.iter().enumerate() {
+                if writes(&written, name) {
+                    places[i].push(path.to_vec());
+                }
+            }
+        };
+        match value {
+            Value::Object(map) => {
+                path.push(Container {
+                    id: *next,
+                    is_object: true,
+                });
+                *next += 1;
+                for (key, v) in map {
+                    note(key, path, places);
+                    Self::walk(v, names, path, next, places);
+                }
+                path.pop();
+            }
+            Value::Array(items) => {
+                path.push(Container {
+                    id: *next,
+                    is_object: false,
+                });
+                *next += 1;
+                for v in items {
+                    Self::walk(v, names, path, next, places);
+                }
+                path.pop();
+            }
+            Value::String(text) => note(text, path, places),
+            Value::Number(n) => note(&n.to_string(), path, places),
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+
+    /// Whether the record relates `a` and `b`: one is written as a field
+    /// (a value or a key) of an object that holds the other, at any depth
+    /// ("buyer" of a report and an order in its list); two values in
+    /// different items of one list are not related. A mention the record
+    /// does not write (the model took it from elsewhere) passes.
+    fn pair_stated(&self, a: usize, b: usize) -> bool {
+        let Some(places) = &self.places else {
+            return true;
+        };
+        if places[a].is_empty() || places[b].is_empty() {
+            return true;
+        }
+        places[a].iter().any(|pa| {
+            places[b].iter().any(|pb| {
+                let common = pa.iter().zip(pb).take_while(|(x, y)| x == y).count();
+                // The innermost container holding both: an object of which
+                // one of the two is a field of its own.
+                common > 0 && pa[common - 1].is_object && (pa.len() == common || pb.len() == common)
+            })
+        })
+    }
+}
+
+/// Whether a record's value (normalised) writes a mention's name
+/// (normalised): the same words, or the name's words within the value's
+/// ("Acme Corp" in "Acme Corp (UK)"), or the value's within the name's
+/// when the value is not a short code ("Northwind Outfitters" for
+/// "Northwind Outfitters Inc").
+fn writes(value: &str, name: &str) -> bool {
+    let within = |outer: &str, inner: &str| {
+        !inner.is_empty()
+            && (outer == inner
+                || outer.starts_with(&format!("{inner} "))
+                || outer.ends_with(&format!(" {inner}"))
+                || outer.contains(&format!(" {inner} ")))
+    };
+    within(value, name) || (value.len() >= 4 && within(name, value))
 }
 
 /// Where an episode names its mentions, sentence by sentence, and who
@@ -3159,6 +3305,39 @@ mod tests {
             None,
             "no end stated"
         );
+    }
+
+    #[test]
+    fn a_record_relates_a_field_to_what_its_object_holds_and_not_two_items_of_a_list() {
+        let mentions = [
+            mention("Northwind Outfitters Inc.", "Company"),
+            mention("Acme Corp", "Company"),
+            mention("PO-4590", "PurchaseOrder"),
+            mention("PO-4614", "PurchaseOrder"),
+            mention("Brightline Systems", "Company"),
+            mention("Dana Whitcombe", "Person"),
+        ];
+        let report = r#"{"record_type": "open_po_report", "buyer": "Northwind Outfitters",
+            "open_purchase_orders": [
+                {"po_number": "PO-4590", "vendor": "Acme Corp", "amount": 8750.0},
+                {"po_number": "PO-4614", "vendor": "Brightline Systems", "amount": 11200.0}]}"#;
+        let r = RecordPlaces::new(report, &mentions);
+        assert!(r.pair_stated(1, 2), "one item of the list");
+        assert!(r.pair_stated(2, 1), "either order");
+        assert!(!r.pair_stated(1, 3), "two items of one list");
+        assert!(!r.pair_stated(2, 3), "two items of one list");
+        assert!(r.pair_stated(0, 3), "the report's own field and an item");
+        assert!(r.pair_stated(0, 4), "a suffix the record leaves out");
+        assert!(
+            r.pair_stated(5, 1),
+            "a name the record does not write passes"
+        );
+        // Keys count as fields; text that is not JSON is not judged.
+        let keyed = r#"{"Acme Corp": {"orders": ["PO-4590", "PO-4614"]}}"#;
+        let r = RecordPlaces::new(keyed, &mentions);
+        assert!(r.pair_stated(1, 3) && r.pair_stated(1, 2));
+        assert!(!r.pair_stated(2, 3), "two entries of one list");
+        assert!(RecordPlaces::new("not json", &mentions).pair_stated(1, 3));
     }
 
     #[test]
