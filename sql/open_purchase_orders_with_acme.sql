@@ -2,7 +2,9 @@
 -- A filter on the specific type: only PurchaseOrder nodes, not every
 -- contract. "Open" is the order's status attribute; the PARTY_TO fact that
 -- links Acme to the order must still hold (not invalidated, not expired).
-SELECT po.name                                   AS purchase_order,
+-- DISTINCT: several such facts may hold (the order's record and a report
+-- that lists it).
+SELECT DISTINCT po.name                                   AS purchase_order,
        json_get_str(po.attributes, 'po_number')  AS po_number,
        CAST(json_get_str(po.attributes, 'amount') AS DOUBLE) AS amount,
        json_get_str(po.attributes, 'issued_on')  AS issued_on
