@@ -331,10 +331,13 @@ fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate>
     if let Some(weekday) = WEEKDAY_NAMES.iter().position(|d| *d == first) {
         // "Monday 3 March": the date says the day; the weekday only
         // repeats it.
-        if let Some(date) = date_at(&w[1..], today, ahead).filter(|_| {
-            w.get(1)
-                .is_some_and(|x| day_number(x).is_some() || month_number(x).is_some())
-        }) {
+        let date_follows = w
+            .get(1)
+            .is_some_and(|x| day_number(x).is_some() || month_number(x).is_some());
+        if let Some(date) = date_follows
+            .then(|| date_at(&w[1..], today, ahead))
+            .flatten()
+        {
             return Some(date);
         }
         let from = today.weekday().num_days_from_monday();

@@ -13,6 +13,9 @@
 //! records give two incompatible chains is left alone: the records do not
 //! say which one the text means.
 //!
+//! The run applies it between the entity walk and the fact calls, so that
+//! a fact call offers the relation types the record's type allows.
+//!
 //! The committed side is one DataFusion semi-join of `nodes` against the
 //! run's text names, so the step grows with the run, not with the graph.
 

@@ -349,7 +349,9 @@ impl<'a> Extraction<'a> {
         ctx: &SessionContext,
         spec: &ResolveSpec,
     ) -> Result<usize, DataFusionError> {
-        if !spec.record_types_win || self.mapped.is_empty() && self.mentions.is_empty() {
+        // Records of this run or committed ones may type any text mention:
+        // only a run without text mentions has nothing to do.
+        if !spec.record_types_win || self.mentions.is_empty() {
             return Ok(0);
         }
         // Text mentions first, in `self.mentions` order, then the records'.
