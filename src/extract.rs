@@ -24,7 +24,7 @@ use crate::ontology::{
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
-use crate::values::{coerce_text, parse_time, stated_end, stated_start};
+use crate::values::{coerce_text, parse_time, stated_end, stated_end_after, stated_start};
 
 pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 
@@ -83,6 +83,11 @@ pub struct FactMention {
     /// later retypes an end and the type given no longer fits, one of these
     /// may ([`fitting_relation_in`]).
     pub written_types: Vec<String>,
+    /// Whether `valid_at` is a start the text or the model stated, not the
+    /// episode's time taken for want of one: only a stated start marks a
+    /// change that may end an older fact (resolution's contradiction
+    /// judge is asked about no other).
+    pub start_stated: bool,
 }
 
 impl FactMention {
@@ -1488,6 +1493,54 @@ pub fn relation_type_of(text: &str) -> String {
 /// The relation type of a fact whose model named no declared type.
 pub const GENERIC_RELATION: &str = "RELATES_TO";
 
+/// The declared type an undeclared relation name spells another way, and
+/// whether it is written in the other voice (its endpoints then go the
+/// other way round). Small models write `SUPPLIEDBY` or `SuppliedBy` for
+/// SUPPLIED_BY, and "Skylark supplies Notification Hub" as SUPPLIED or
+/// SUPPLIES: the active voice of SUPPLIED_BY, turned round; OWNED_BY is
+/// the passive of a declared OWNS. Read in this order: the same letters
+/// without the underscores; a passive `X_BY` whose active form of X is
+/// declared; an active form of X for a declared `X_BY`. The active forms
+/// of a participle X are X itself ("SUPPLIED"), and its present tense
+/// ("SUPPLIES", "OWNS", "APPROVES"). `None` for a declared type, or when
+/// no declared type is spelled.
+pub fn declared_spelling(ontology: &Ontology, relation: &str) -> Option<(String, bool)> {
+    if ontology.edge_types.contains_key(relation) {
+        return None;
+    }
+    let bare = |r: &str| r.replace('_', "");
+    let wanted = bare(relation);
+    if let Some(name) = ontology.edge_types.keys().find(|n| bare(n) == wanted) {
+        return Some((name.clone(), false));
+    }
+    // The active forms a participle such as SUPPLIED, OWNED or APPROVED
+    // is written in.
+    let active_forms = |participle: &str| -> Vec<String> {
+        let mut forms = vec![participle.to_string()];
+        if let Some(stem) = participle.strip_suffix("IED") {
+            forms.push(format!("{stem}IES"));
+        } else if let Some(stem) = participle.strip_suffix("ED") {
+            forms.push(format!("{stem}S"));
+            forms.push(format!("{stem}ES"));
+        }
+        forms
+    };
+    if let Some(participle) = relation.strip_suffix("_BY")
+        && let Some(active) = active_forms(participle)
+            .into_iter()
+            .find(|f| ontology.edge_types.contains_key(f))
+    {
+        return Some((active, true));
+    }
+    ontology.edge_types.keys().find_map(|name| {
+        let participle = name.strip_suffix("_BY")?;
+        active_forms(participle)
+            .iter()
+            .any(|f| *f == relation)
+            .then(|| (name.clone(), true))
+    })
+}
+
 /// The relation type a fact is stored under, and whether its endpoints are
 /// swapped. A declared type must allow the endpoint types (`source_targets`):
 /// as written; reversed (small models often reverse a direction they
@@ -1700,6 +1753,13 @@ pub async fn extract_facts(
         if relation.is_empty() || !is_relation_type_name(&relation) {
             relation = GENERIC_RELATION.into();
         }
+        let (s, t) = match declared_spelling(ontology, &relation) {
+            Some((declared, turned)) => {
+                relation = declared;
+                if turned { (t, s) } else { (s, t) }
+            }
+            None => (s, t),
+        };
         let (st, tt) = (mentions[s].type_name(), mentions[t].type_name());
         let label = relation.replace('_', " ");
         let mut texts = vec![label.as_str(), text];
@@ -1754,7 +1814,10 @@ pub async fn extract_facts(
         let stated = match spec.fact_start {
             FactStart::Model => written_time(f.valid_at.as_deref(), reference),
             FactStart::Text => {
-                stated_start(text, reference.date_naive()).map(|d| on_day(d, reference))
+                let today = reference.date_naive();
+                stated_start(text, today)
+                    .or_else(|| sentences.pair_start(s, t, today))
+                    .map(|d| on_day(d, reference))
             }
         };
         let (mut valid_at, invalid_at) = fact_times(
@@ -1764,6 +1827,7 @@ pub async fn extract_facts(
             || sentences.pair_end(s, t, reference),
             reference,
         );
+        let start_stated = valid_at.is_some();
         if spec.fact_start == FactStart::Text && valid_at.is_none() {
             valid_at = default_start(invalid_at, reference);
         }
@@ -1786,6 +1850,7 @@ pub async fn extract_facts(
             invalid_at,
             mapped: false,
             written_types,
+            start_stated,
         });
     }
     Ok((facts, rejected))
@@ -1972,6 +2037,47 @@ struct Sentence<'a> {
     writer: Option<usize>,
     /// Whether it speaks in the first person ("I", "me", "my").
     first_person: bool,
+    /// The mention the writer's e-mail address names as their
+    /// organisation, if one does ([`org_of_address`]).
+    org: Option<usize>,
+    /// Whether it speaks in the first person plural ("we", "our", "us"):
+    /// for an e-mail's writer, their organisation.
+    we: bool,
+}
+
+impl Sentence<'_> {
+    /// Whether the sentence speaks of mention `x`: it names it, its writer
+    /// is `x` speaking in the first person ("I cancelled …"), or `x` is the
+    /// writer's organisation and the sentence says "we" ("We will keep
+    /// accepting messages from your Notification Hub until …", from an
+    /// address at relaywave.com, speaks of Relaywave).
+    fn speaks_of(&self, x: usize) -> bool {
+        self.named.contains(&x)
+            || (self.first_person && self.writer == Some(x))
+            || (self.we && self.org == Some(x))
+    }
+}
+
+/// The mention an e-mail header line's address names as the writer's
+/// organisation: one whose name, folded like a company's (lower case,
+/// corporate suffixes dropped, no spaces), is a label of the address's
+/// domain other than its last ("Relaywave Ltd" for
+/// `beatrix.holm@relaywave.com`, "Acme Corp" for `dana@mail.acme.co.uk`).
+/// Which mention that is, is read off the address and the names alone: a
+/// person's name is no domain label.
+fn org_of_address(line: &str, folded: &[String]) -> Option<usize> {
+    let (_, after) = line.split_once('@')?;
+    let domain: String = after
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || matches!(c, '.' | '-'))
+        .collect::<String>()
+        .to_lowercase();
+    let labels: Vec<&str> = domain.split('.').collect();
+    let (_, named) = labels.split_last()?;
+    let named: Vec<String> = named.iter().map(|l| l.replace('-', "")).collect();
+    folded
+        .iter()
+        .position(|f| !f.is_empty() && named.iter().any(|l| l == f))
 }
 
 /// E-mail header lines, in lower case.
@@ -1989,6 +2095,16 @@ impl<'a> Sentences<'a> {
     fn new(content: &'a str, mentions: &[Mention]) -> Self {
         // Each name's words are taken once, not once per sentence.
         let names: Vec<NameWords> = mentions.iter().map(|m| NameWords::of(&m.name)).collect();
+        let folded: Vec<String> = mentions
+            .iter()
+            .map(|m| {
+                crate::text::fold_suffixes(
+                    &normalize_name(&m.name),
+                    crate::spec::resolve::DEFAULT_CORPORATE_SUFFIXES,
+                )
+                .replace(' ', "")
+            })
+            .collect();
         let named_in = |text: &str| -> Vec<usize> {
             let words: Vec<&str> = crate::text::words(text).collect();
             (0..names.len())
@@ -2001,19 +2117,21 @@ impl<'a> Sentences<'a> {
             names: Vec::new(),
         };
         let mut sender: Option<usize> = None;
+        let mut sender_org: Option<usize> = None;
         for line in content.lines() {
             let lower = line.trim_start().to_lowercase();
             if let Some(header) = HEADERS.iter().find(|h| lower.starts_with(*h)) {
                 let named = named_in(line);
                 if *header == "from:" {
                     sender = named.first().copied();
+                    sender_org = org_of_address(line, &folded);
                 }
                 for i in named {
                     out.anywhere[i] = true;
                 }
                 continue;
             }
-            let (writer, said) = match line.split_once(": ") {
+            let (writer, org, said) = match line.split_once(": ") {
                 Some((speaker, said))
                     if (1..=4).contains(&speaker.split_whitespace().count())
                         && speaker
@@ -2024,9 +2142,10 @@ impl<'a> Sentences<'a> {
                     for &i in &named {
                         out.anywhere[i] = true;
                     }
-                    (named.first().copied(), said)
+                    // A chat line's speaker has no address to read.
+                    (named.first().copied(), None, said)
                 }
-                _ => (sender, line),
+                _ => (sender, sender_org, line),
             };
             for sentence in said.split(['.', '!', '?', ';']) {
                 if sentence.trim().is_empty() {
@@ -2038,11 +2157,16 @@ impl<'a> Sentences<'a> {
                 }
                 let first_person = crate::text::words(sentence)
                     .any(|w| matches!(w, "I" | "me" | "my" | "Me" | "My"));
+                // "US" in capitals is a country, not "us".
+                let we = crate::text::words(sentence)
+                    .any(|w| matches!(w, "we" | "We" | "our" | "Our" | "us" | "ours"));
                 out.sentences.push(Sentence {
                     text: sentence,
                     named,
                     writer,
                     first_person,
+                    org,
+                    we,
                 });
             }
         }
@@ -2051,8 +2175,9 @@ impl<'a> Sentences<'a> {
     }
 
     /// Whether some sentence states something of `a` and `b` together:
-    /// it names both, or its writer is one of them, speaking in the first
-    /// person, and it names the other. A mention the episode does not name
+    /// it names one and speaks of the other ([`Sentence::speaks_of`]: names
+    /// it too, or is written by it in the first person, or by its people
+    /// as "we"). A mention the episode does not name
     /// at all (the model took it from a previous episode, "signed it
     /// yesterday") cannot be judged, and passes.
     fn pair_stated(&self, a: usize, b: usize) -> bool {
@@ -2060,19 +2185,17 @@ impl<'a> Sentences<'a> {
             return true;
         }
         self.sentences.iter().any(|s| {
-            let (has_a, has_b) = (s.named.contains(&a), s.named.contains(&b));
-            (has_a && has_b)
-                || (s.first_person && s.writer == Some(a) && has_b)
-                || (s.first_person && s.writer == Some(b) && has_a)
+            (s.named.contains(&a) || s.named.contains(&b)) && s.speaks_of(a) && s.speaks_of(b)
         })
     }
 
     /// The day the episode ends the relationship between `a` and `b`, read
-    /// from a sentence about the pair alone: it names both and no other
-    /// mention, or its writer is one of them, speaking in the first person,
-    /// and it names the other and no third. The day is the one an end word
-    /// gives ([`stated_end`]: "ends tonight", "left on Friday", "no longer
-    /// … as of 1 May"); an end word without a day is not read, since a
+    /// from a sentence about the pair alone ([`Self::about_pair`]: it
+    /// names one of them and no third, and speaks of the other, by name,
+    /// as its writer's "I", or as the writer's organisation's "we"). The
+    /// day is the one an end word gives ([`stated_end`]: "ends tonight",
+    /// "left on Friday", "no longer … as of 1 May", "until 23:59 UTC on
+    /// that day", that day being the last date written before); an end word without a day is not read, since a
     /// sentence about the pair may say something else has ended ("Beatrix
     /// at Relaywave confirmed that nothing was left in their queue"). Small
     /// models restate "Today is Hamid's last day: his contract with
@@ -2082,8 +2205,14 @@ impl<'a> Sentences<'a> {
     /// may be about another relationship and is not read.
     fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
         let today = reference.date_naive();
-        self.about_pair(a, b)
-            .find_map(|text| stated_end(text, today))
+        self.about_pair_at(a, b)
+            .find_map(|k| {
+                let text = self.sentences[k].text;
+                let earlier = refers_back(text)
+                    .then(|| self.date_before(k, today))
+                    .flatten();
+                stated_end_after(text, today, earlier)
+            })
             .or_else(|| self.handed_over(a, b, today))
             .or_else(|| self.handed_over(b, a, today))
     }
@@ -2129,39 +2258,64 @@ impl<'a> Sentences<'a> {
             if !gives {
                 return None;
             }
-            let back = lower
-                .windows(2)
-                .any(|w| w[0] == "that" && matches!(w[1].as_str(), "day" | "date"))
-                || lower.iter().any(|w| w == "then");
             Some(
                 stated_start(s.text, today)
                     .or_else(|| crate::values::last_date(s.text, today))
                     .or_else(|| {
-                        back.then(|| {
-                            self.sentences[..k]
-                                .iter()
-                                .rev()
-                                .find_map(|p| crate::values::last_date(p.text, today))
-                        })
-                        .flatten()
+                        (refers_back(s.text) || lower.iter().any(|w| w == "then"))
+                            .then(|| self.date_before(k, today))
+                            .flatten()
                     })
                     .unwrap_or(today),
             )
         })
     }
 
-    /// The sentences about `a` and `b` alone: each names both and no other
-    /// mention, or its writer is one of them, speaking in the first person,
-    /// and it names the other and no third.
+    /// The day the episode starts the relationship between `a` and `b`,
+    /// read from a sentence about the pair alone ([`Self::about_pair`])
+    /// by its start word ([`stated_start`]): "From 1 July 2025 Notification
+    /// Hub sends every SMS through Skylark Messaging" starts the pair on 1
+    /// July, which the model's "Skylark Messaging supplies Notification
+    /// Hub" does not say.
+    fn pair_start(&self, a: usize, b: usize, today: NaiveDate) -> Option<NaiveDate> {
+        self.about_pair(a, b)
+            .find_map(|text| stated_start(text, today))
+    }
+
+    /// The last date written before sentence `k`: what its "that day"
+    /// refers back to.
+    fn date_before(&self, k: usize, today: NaiveDate) -> Option<NaiveDate> {
+        self.sentences[..k]
+            .iter()
+            .rev()
+            .find_map(|p| crate::values::last_date(p.text, today))
+    }
+
+    /// The sentences about `a` and `b` alone: each names one of them and
+    /// no other mention, and speaks of both ([`Sentence::speaks_of`]).
     fn about_pair(&self, a: usize, b: usize) -> impl Iterator<Item = &'a str> + '_ {
-        self.sentences.iter().filter_map(move |s| {
+        self.about_pair_at(a, b).map(|k| self.sentences[k].text)
+    }
+
+    /// Where [`Self::about_pair`]'s sentences are, by number.
+    fn about_pair_at(&self, a: usize, b: usize) -> impl Iterator<Item = usize> + '_ {
+        self.sentences.iter().enumerate().filter_map(move |(k, s)| {
             let only_pair = s.named.iter().all(|&i| i == a || i == b);
-            // Each of the pair is named in it or writes it in the first
-            // person (one writer, so the other is named).
-            let in_it = |x: usize| s.named.contains(&x) || (s.first_person && s.writer == Some(x));
-            (only_pair && in_it(a) && in_it(b)).then_some(s.text)
+            // At least one is named: a writer's "I" and "we" alone do not
+            // make a sentence about the writer and their organisation.
+            let named = s.named.contains(&a) || s.named.contains(&b);
+            (only_pair && named && s.speaks_of(a) && s.speaks_of(b)).then_some(k)
         })
     }
+}
+
+/// Whether a sentence says "that day" or "that date", which refers back
+/// to the last date written before it ("until 23:59 UTC on that day").
+fn refers_back(text: &str) -> bool {
+    let lower: Vec<String> = crate::text::words(text).map(str::to_lowercase).collect();
+    lower
+        .windows(2)
+        .any(|w| w[0] == "that" && matches!(w[1].as_str(), "day" | "date"))
 }
 
 /// The start of a fact whose text states none, when the model is not
@@ -2825,6 +2979,40 @@ mod tests {
     }
 
     #[test]
+    fn a_relation_spelled_without_underscores_or_in_the_other_voice_is_the_declared_type() {
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "Service"
+            description = "A service."
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            [[entity_types]]
+            name = "Team"
+            description = "A team."
+            [[edge_types]]
+            name = "SUPPLIED_BY"
+            description = "A service uses a vendor."
+            source_targets = [{ source = "Service", target = "Company" }]
+            [[edge_types]]
+            name = "OWNS"
+            description = "A team owns a service."
+            source_targets = [{ source = "Team", target = "Service" }]
+            "#,
+        );
+        let read = |r: &str| declared_spelling(&onto, &relation_type_of(r));
+        assert_eq!(read("suppliedby"), Some(("SUPPLIED_BY".into(), false)));
+        assert_eq!(read("SuppliedBy"), Some(("SUPPLIED_BY".into(), false)));
+        assert_eq!(read("supplied"), Some(("SUPPLIED_BY".into(), true)));
+        assert_eq!(read("supplies"), Some(("SUPPLIED_BY".into(), true)));
+        assert_eq!(read("owned by"), Some(("OWNS".into(), true)));
+        assert_eq!(read("supplied by"), None, "declared as written");
+        assert_eq!(read("supplier of"), None, "no declared type spelled");
+        assert_eq!(read("owned"), None, "OWNED_BY is not declared");
+    }
+
+    #[test]
     fn a_declared_type_that_does_not_fit_keeps_its_fact_under_one_that_does() {
         let onto = hr();
         let fit = |r: &str, s: &str, t: &str| fitting_relation(&onto, r, s, t);
@@ -3229,6 +3417,70 @@ mod tests {
             stated("Dana Whitcombe: I asked about PO-1.", 0, 3),
             "the speaker's I"
         );
+    }
+
+    #[test]
+    fn a_start_is_read_from_the_episodes_sentence_about_the_pair_alone() {
+        let today = NaiveDate::from_ymd_opt(2025, 6, 10).expect("day");
+        let mention = |name: &str| mention(name, "Entity");
+        let mentions = [
+            mention("Notification Hub"),
+            mention("Skylark Messaging"),
+            mention("Relaywave"),
+        ];
+        let text = "Target state. From 1 July 2025 Notification Hub sends every SMS through \
+                    Skylark Messaging. It costs 15% less than Relaywave from 1 May.";
+        let sentences = Sentences::new(text, &mentions);
+        let start = |a, b| sentences.pair_start(a, b, today).map(|d| d.to_string());
+        assert_eq!(start(0, 1).as_deref(), Some("2025-07-01"));
+        assert_eq!(start(1, 0).as_deref(), Some("2025-07-01"), "either order");
+        assert_eq!(
+            start(0, 2),
+            None,
+            "Relaywave's sentence does not name the hub"
+        );
+    }
+
+    #[test]
+    fn a_mail_writers_we_speaks_for_the_organisation_their_address_names() {
+        let reference = parse_time(Some("2025-05-12T15:10:00Z"))
+            .expect("time")
+            .expect("some");
+        let mention = |name: &str| mention(name, "Entity");
+        let mentions = [
+            mention("Beatrix Holm"),
+            mention("Relaywave Ltd"),
+            mention("Notification Hub"),
+            mention("Tidewell"),
+        ];
+        let mail = "From: Beatrix Holm <beatrix.holm@relaywave.com>\nTo: Maya <maya@tidewell.io>\n\
+                    Subject: Cancellation\n\nDear Maya,\n\nThe contract was cancelled today, with \
+                    effect from 30 June 2025. We will keep accepting messages from your \
+                    Notification Hub until 23:59 UTC on that day.";
+        let sentences = Sentences::new(mail, &mentions);
+        assert!(sentences.pair_stated(1, 2), "the writer's company says we");
+        assert_eq!(
+            sentences.pair_end(2, 1, reference).map(|d| d.to_string()),
+            Some("2025-06-30".into()),
+            "until a time on that day: the last date written before"
+        );
+        assert!(
+            !sentences.pair_stated(3, 2),
+            "Tidewell is not the writer's organisation"
+        );
+        // The same words from a chat line's speaker name no organisation.
+        let chat = "Beatrix Holm: Relaywave Ltd is a vendor. We will keep accepting messages \
+                    from your Notification Hub until 30 June.";
+        let sentences = Sentences::new(chat, &mentions);
+        assert!(!sentences.pair_stated(1, 2));
+        assert_eq!(sentences.pair_end(2, 1, reference), None);
+        // A person's name is no domain label, and a sentence without "we"
+        // does not speak for the organisation.
+        let mail = "From: Beatrix Holm <beatrix.holm@relaywave.com>\n\n\
+                    Relaywave Ltd is a vendor. Notification Hub sends until 30 June.";
+        let sentences = Sentences::new(mail, &mentions);
+        assert!(!sentences.pair_stated(1, 2));
+        assert!(!sentences.pair_stated(0, 2), "no I either");
     }
 
     #[test]

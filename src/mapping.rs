@@ -612,6 +612,7 @@ impl Mapping {
             mapped: true,
             // A record's relation is declared and fits its mapped types.
             written_types: Vec::new(),
+            start_stated: times[0].is_some(),
         });
     }
 }

@@ -133,9 +133,40 @@ const WEEKDAY_NAMES: [&str; 7] = [
 /// Small models often write "X is on contract with Y until the end of
 /// March" as the fact and leave its end empty; this gives it one.
 pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
+    stated_end_after(fact, today, None)
+}
+
+/// [`stated_end`] for a sentence of a longer text, whose "that day" or
+/// "that date" is `earlier`, the last date written before it: "We
+/// confirm that the contract was cancelled with effect from 30 June. We
+/// will keep accepting messages until 23:59 UTC on that day" ends on 30
+/// June.
+pub fn stated_end_after(
+    fact: &str,
+    today: NaiveDate,
+    earlier: Option<NaiveDate>,
+) -> Option<NaiveDate> {
     let words: Vec<String> = crate::text::words(fact).map(str::to_lowercase).collect();
-    date_after(&words, today, |i| listed(&END_DATE_WORDS, &words[i]))
-        .or_else(|| no_longer_as_of(&words, today))
+    let when = When { today, earlier };
+    date_after(&words, when, |i| listed(&END_DATE_WORDS, &words[i]))
+        .or_else(|| no_longer_as_of(&words, when))
+}
+
+/// What the dates of a sentence are read against: the day it was written,
+/// and the last date written before it, if that is known.
+#[derive(Clone, Copy)]
+struct When {
+    today: NaiveDate,
+    earlier: Option<NaiveDate>,
+}
+
+impl When {
+    fn on(today: NaiveDate) -> Self {
+        When {
+            today,
+            earlier: None,
+        }
+    }
 }
 
 /// The first date written right after a word for which `ahead_after`
@@ -143,10 +174,10 @@ pub fn stated_end(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
 /// sentence or behind it; words it returns `None` for are passed over.
 fn date_after(
     words: &[String],
-    today: NaiveDate,
+    when: When,
     ahead_after: impl Fn(usize) -> Option<bool>,
 ) -> Option<NaiveDate> {
-    (0..words.len()).find_map(|i| date_at(&words[i + 1..], today, ahead_after(i)?))
+    (0..words.len()).find_map(|i| date_at(&words[i + 1..], when, ahead_after(i)?))
 }
 
 /// Whether `word` is one of `table`'s words, and if so, whether the date
@@ -198,7 +229,7 @@ pub fn stated_start(fact: &str, today: NaiveDate) -> Option<NaiveDate> {
     if no_longer_at(&words).is_some() {
         return None;
     }
-    date_after(&words, today, |i| {
+    date_after(&words, When::on(today), |i| {
         if as_of(&words, i) {
             Some(true)
         } else {
@@ -226,17 +257,17 @@ pub fn last_date(text: &str, today: NaiveDate) -> Option<NaiveDate> {
     (0..words.len())
         .rev()
         .filter(|&i| !inside(i))
-        .find_map(|i| date_at(&words[i..], today, true))
+        .find_map(|i| date_at(&words[i..], When::on(today), true))
 }
 
 /// "No longer on call for Fare Engine as of 1 May": the day after "as of"
 /// (or "from", "since", "effective") that follows "no longer", behind the sentence
 /// unless it speaks of the future ("will no longer … as of 1 June").
-fn no_longer_as_of(words: &[String], today: NaiveDate) -> Option<NaiveDate> {
+fn no_longer_as_of(words: &[String], when: When) -> Option<NaiveDate> {
     let at = no_longer_at(words)?;
     let ahead = words[..at].iter().any(|w| w == "will");
     let rest = &words[at + 2..];
-    date_after(rest, today, |i| {
+    date_after(rest, when, |i| {
         (as_of(rest, i) || matches!(rest[i].as_str(), "from" | "since" | "effective"))
             .then_some(ahead)
     })
@@ -293,6 +324,40 @@ fn nearest(today: NaiveDate, month: u32, day: u32, ahead: bool) -> Option<NaiveD
     })
 }
 
+/// Time zones and clock words that may follow a time of day.
+const CLOCK_WORDS: [&str; 9] = ["utc", "gmt", "z", "cet", "cest", "bst", "am", "pm", "hours"];
+
+/// `words` without a leading time of day: "23:59 [UTC]" (which words
+/// split into "23", "59"), "9 am", "midnight", "noon", "midday". Two
+/// numbers are a time only when the second is two digits up to 59 and
+/// the first an hour: no date is written "23 59".
+fn skip_time_of_day(words: &[String]) -> &[String] {
+    let n = match words {
+        [w, ..] if matches!(w.as_str(), "midnight" | "noon" | "midday") => 1,
+        [h, m, ..]
+            if h.len() <= 2
+                && h.parse::<u32>().is_ok_and(|h| h <= 24)
+                && m.len() == 2
+                && m.parse::<u32>().is_ok_and(|m| m <= 59) =>
+        {
+            2
+        }
+        [h, ampm, ..]
+            if matches!(ampm.as_str(), "am" | "pm")
+                && h.len() <= 2
+                && h.parse::<u32>().is_ok_and(|h| (1..=12).contains(&h)) =>
+        {
+            2
+        }
+        _ => return words,
+    };
+    let rest = &words[n..];
+    match rest.first() {
+        Some(z) if CLOCK_WORDS.contains(&z.as_str()) => &rest[1..],
+        _ => rest,
+    }
+}
+
 /// `words` without the leading ones among `filler`.
 fn skip<'a>(words: &'a [String], filler: &[&str]) -> &'a [String] {
     let n = words
@@ -303,10 +368,18 @@ fn skip<'a>(words: &'a [String], filler: &[&str]) -> &'a [String] {
 }
 
 /// The date the words after an end word begin with (see [`stated_end`]).
-fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate> {
+fn date_at(words: &[String], when: When, ahead: bool) -> Option<NaiveDate> {
     use chrono::{Datelike, Days};
-    let w = skip(words, &["on", "at", "by", "in", "the", "this", "next"]);
+    const FILLER: [&str; 7] = ["on", "at", "by", "in", "the", "this", "next"];
+    let today = when.today;
+    let w = skip(words, &FILLER);
+    // A time of day before the date says when on that day ("until 23:59
+    // UTC on 30 June", "until midnight on 30 June"); the day is read.
+    let w = skip(skip_time_of_day(w), &FILLER);
     let first = w.first()?.as_str();
+    if first == "that" && matches!(w.get(1).map(String::as_str), Some("day" | "date")) {
+        return when.earlier;
+    }
     let dated = |month: u32, day: u32, year: Option<i32>| match year {
         Some(y) if day == 0 => last_day_of_month(y, month),
         Some(y) => NaiveDate::from_ymd_opt(y, month, day),
@@ -335,7 +408,7 @@ fn date_at(words: &[String], today: NaiveDate, ahead: bool) -> Option<NaiveDate>
             .get(1)
             .is_some_and(|x| day_number(x).is_some() || month_number(x).is_some());
         if let Some(date) = date_follows
-            .then(|| date_at(&w[1..], today, ahead))
+            .then(|| date_at(&w[1..], when, ahead))
             .flatten()
         {
             return Some(date);
@@ -394,6 +467,43 @@ mod tests {
             Some("2025-02-28")
         );
         assert_eq!(last("raised the pool from 40 to 120 per pod"), None);
+    }
+
+    #[test]
+    fn an_end_reads_the_day_after_a_time_of_day_and_that_day_as_the_date_before() {
+        let today = NaiveDate::from_ymd_opt(2025, 5, 12).expect("day");
+        let end = |t: &str| stated_end(t, today).map(|d| d.to_string());
+        assert_eq!(
+            end("open until 23:59 UTC on 30 June").as_deref(),
+            Some("2025-06-30")
+        );
+        assert_eq!(
+            end("stays open until midnight on 30 June").as_deref(),
+            Some("2025-06-30")
+        );
+        assert_eq!(
+            end("on call until 9 am Friday").as_deref(),
+            Some("2025-05-16")
+        );
+        // A date is still a date: "23 June" is no time.
+        assert_eq!(end("until 23 June").as_deref(), Some("2025-06-23"));
+        // A time alone names no day.
+        assert_eq!(end("until 23:59 UTC"), None);
+        let earlier = NaiveDate::from_ymd_opt(2025, 6, 30);
+        let after = |t: &str, e| stated_end_after(t, today, e).map(|d| d.to_string());
+        assert_eq!(
+            after(
+                "We will keep accepting messages until 23:59 UTC on that day",
+                earlier
+            )
+            .as_deref(),
+            Some("2025-06-30")
+        );
+        assert_eq!(
+            after("until that day", None),
+            None,
+            "nothing written before"
+        );
     }
 
     #[test]
