@@ -421,13 +421,29 @@ pub enum EdgeRef {
 
 /// Facts the LLM should judge for contradiction: for each valid new edge
 /// outside the functional families, the other valid edges of the same
-/// source and relation family that point elsewhere or say something else
-/// about the same target (at most `max` of them, most recent first).
+/// source and relation family that point to another target and that
+/// `replaceable(new edge, older edge)` allows, at most `max` of them,
+/// most recent first.
+///
+/// The run allows an older edge whose target is of the new target's type
+/// and is named by the new edge's episodes. A new fact replaces an older
+/// one by another thing of the same kind (a supplier for a supplier), and
+/// a text can only say that an older relationship ended if it speaks of
+/// its other end: "from 1 July Notification Hub sends every SMS through
+/// Skylark … 15% less than we paid Relaywave" may end Notification Hub's
+/// edge to Relaywave, a mail that names only Skylark may not. Without
+/// these, the 1.5B model judged that one new responsibility ended four
+/// others, that being responsible for a ticket ended being responsible
+/// for a service, and that a second wording of a fact about the same
+/// target contradicted the first; an end a text states for the same
+/// target is read without the LLM (`invalid_at`, which folds into the
+/// live edge).
 pub fn contradiction_candidates(
     new_edges: &[EdgeRow],
     committed: &[EdgeRow],
     functional: &[String],
     family: &dyn Fn(&str) -> String,
+    replaceable: &dyn Fn(&EdgeRow, &EdgeRow) -> bool,
     max: usize,
 ) -> Vec<(usize, Vec<EdgeRef>)> {
     use std::cmp::Reverse;
@@ -459,13 +475,9 @@ pub fn contradiction_candidates(
         // A new edge is asked about the committed peers and the new peers
         // before it (each pair of new edges once: the later one asks),
         // most recent first, ties in peer order, skipping those with its
-        // target and its normalised text. `ready` holds exactly those
-        // peers, ordered so, as the new edges are taken in order: each
-        // question reads the first few, not the whole group.
-        let texts: Vec<String> = peers
-            .iter()
-            .map(|r| normalize_name(&get(*r).fact))
-            .collect();
+        // target and those whose target its episodes do not name. `ready`
+        // holds the peers before it, ordered so, as the new edges are
+        // taken in order: each question reads the first few that pass.
         let key = |k: usize| (Reverse(get(peers[k]).valid_at), k);
         let mut ready: BTreeSet<(Reverse<Option<chrono::DateTime<chrono::Utc>>>, usize)> =
             BTreeSet::new();
@@ -487,8 +499,8 @@ pub fn contradiction_candidates(
                     let others: Vec<EdgeRef> = ready
                         .iter()
                         .filter(|(_, j)| {
-                            get(peers[*j]).target_node_id != e.target_node_id
-                                || texts[*j] != texts[k]
+                            let older = get(peers[*j]);
+                            older.target_node_id != e.target_node_id && replaceable(e, older)
                         })
                         .take(max.max(1))
                         .map(|(_, j)| peers[*j])
@@ -517,6 +529,28 @@ pub fn apply_contradictions(
     now: chrono::DateTime<chrono::Utc>,
     out: &mut FactResolution,
 ) {
+    // Other wordings of one relationship (same endpoints and type) end
+    // with it, as they do when a text states the end: "Notification Hub
+    // is supplied by Relaywave" and "… supplies Relaywave" are one
+    // supplier. Indexed once, so the verdicts cost a lookup each.
+    type Key = (String, String, String);
+    let key = |e: &EdgeRow| {
+        (
+            e.source_node_id.clone(),
+            e.target_node_id.clone(),
+            e.relation_type.clone(),
+        )
+    };
+    let mut wordings: HashMap<Key, Vec<EdgeRef>> = HashMap::new();
+    for (j, e) in committed.iter().enumerate() {
+        wordings
+            .entry(key(e))
+            .or_default()
+            .push(EdgeRef::Committed(j));
+    }
+    for (j, e) in new_edges.iter().enumerate() {
+        wordings.entry(key(e)).or_default().push(EdgeRef::New(j));
+    }
     for &(i, other) in pairs {
         let new_time = new_edges[i].valid_at.unwrap_or(new_edges[i].created_at);
         let (o_time, o_valid) = match other {
@@ -539,18 +573,34 @@ pub fn apply_contradictions(
         } else {
             (EdgeRef::New(i), o_valid.or(Some(now)))
         };
-        let e = match older {
-            EdgeRef::Committed(j) => &mut committed[j],
-            EdgeRef::New(j) => &mut new_edges[j],
+        let (older_key, live) = {
+            let e = match older {
+                EdgeRef::Committed(j) => &committed[j],
+                EdgeRef::New(j) => &new_edges[j],
+            };
+            (key(e), e.expired_at.is_none())
         };
-        if e.expired_at.is_some() {
+        if !live {
             continue;
         }
-        e.invalid_at = until;
-        e.expired_at = Some(now);
-        out.invalidated += 1;
-        if let EdgeRef::Committed(_) = older {
-            out.changed_committed.insert(e.edge_id.clone());
+        let same = wordings.get(&older_key).map_or(&[][..], Vec::as_slice);
+        for &r in std::iter::once(&older).chain(same.iter().filter(|r| **r != older)) {
+            let e = match r {
+                EdgeRef::Committed(j) => &mut committed[j],
+                EdgeRef::New(j) => &mut new_edges[j],
+            };
+            // A wording that started at or after the end, or has ended
+            // already, is not this interval.
+            let started_after = matches!((e.valid_at, until), (Some(v), Some(u)) if v >= u);
+            if e.expired_at.is_some() || e.invalid_at.is_some() || started_after {
+                continue;
+            }
+            e.invalid_at = until;
+            e.expired_at = Some(now);
+            out.invalidated += 1;
+            if let EdgeRef::Committed(_) = r {
+                out.changed_committed.insert(e.edge_id.clone());
+            }
         }
     }
 }
@@ -583,6 +633,11 @@ mod fact_tests {
 
     fn family(_: &str) -> String {
         "EMPLOYED_BY".into()
+    }
+
+    /// Every older edge may be replaced.
+    fn anyone(_: &EdgeRow, _: &EdgeRow) -> bool {
+        true
     }
 
     fn no_subtypes(_: &str, _: &str) -> bool {
@@ -684,13 +739,33 @@ mod fact_tests {
         let committed = vec![edge("c", "acme", Some(2020))];
         let mut new = vec![edge("n", "brightline", Some(2024))];
         new[0].origin = "map".into();
-        assert!(contradiction_candidates(&new, &committed, &[], &family, 4).is_empty());
+        assert!(contradiction_candidates(&new, &committed, &[], &family, &anyone, 4).is_empty());
         // A fact read from text after it is asked about it.
         new.push(edge("t", "globex", Some(2025)));
-        let cases = contradiction_candidates(&new, &committed, &[], &family, 4);
+        let cases = contradiction_candidates(&new, &committed, &[], &family, &anyone, 4);
         assert_eq!(cases.len(), 1);
         assert_eq!(cases[0].0, 1);
         assert!(cases[0].1.contains(&EdgeRef::New(0)), "{cases:?}");
+    }
+
+    #[test]
+    fn the_judge_is_asked_only_about_older_facts_to_another_target_the_run_allows_replacing() {
+        let committed = vec![
+            edge("c", "acme", Some(2020)),
+            edge("d", "initech", Some(2021)),
+        ];
+        let mut new = vec![edge("n", "brightline", Some(2024))];
+        // The run allows replacing Acme, not Initech.
+        let named = |e: &EdgeRow, older: &EdgeRow| {
+            e.episode_ids == ["ep-n"] && older.target_node_id == "acme"
+        };
+        let cases = contradiction_candidates(&new, &committed, &[], &family, &named, 4);
+        assert_eq!(cases, vec![(0, vec![EdgeRef::Committed(0)])]);
+        // Another wording about the same target is not asked about.
+        new[0].target_node_id = "acme".into();
+        new[0].fact = "Priya is a buyer at Acme.".into();
+        let cases = contradiction_candidates(&new, &committed, &[], &family, &anyone, 4);
+        assert_eq!(cases, vec![(0, vec![EdgeRef::Committed(1)])]);
     }
 
     #[test]
@@ -698,7 +773,7 @@ mod fact_tests {
         let now = Utc::now();
         let mut committed = vec![edge("c", "acme", Some(2020))];
         let mut new = vec![edge("n", "brightline", Some(2024))];
-        let cases = contradiction_candidates(&new, &committed, &[], &family, 4);
+        let cases = contradiction_candidates(&new, &committed, &[], &family, &anyone, 4);
         assert_eq!(cases, vec![(0, vec![EdgeRef::Committed(0)])]);
         let mut out = FactResolution::default();
         apply_contradictions(
@@ -730,10 +805,45 @@ mod fact_tests {
     }
 
     #[test]
+    fn a_judged_contradiction_ends_every_live_wording_of_the_older_relationship() {
+        let now = Utc::now();
+        let mut committed = vec![edge("c", "acme", Some(2020)), edge("d", "acme", Some(2021))];
+        committed[1].fact = "Acme employs Priya.".into();
+        // A third wording that starts after the new fact is another interval.
+        let mut later = edge("e", "acme", Some(2025));
+        later.fact = "Priya is back at Acme.".into();
+        committed.push(later);
+        let mut new = vec![edge("n", "brightline", Some(2024))];
+        let mut out = FactResolution::default();
+        apply_contradictions(
+            &mut new,
+            &mut committed,
+            &[(0, EdgeRef::Committed(0))],
+            now,
+            &mut out,
+        );
+        assert_eq!(committed[0].invalid_at, new[0].valid_at);
+        assert_eq!(
+            committed[1].invalid_at, new[0].valid_at,
+            "the other wording"
+        );
+        assert_eq!(committed[2].invalid_at, None);
+        assert_eq!(out.invalidated, 2);
+        assert_eq!(out.changed_committed.len(), 2);
+    }
+
+    #[test]
     fn functional_types_are_not_sent_to_the_judge() {
         let committed = vec![edge("c", "acme", Some(2020))];
         let new = vec![edge("n", "brightline", Some(2024))];
-        let cases = contradiction_candidates(&new, &committed, &["EMPLOYED_BY".into()], &family, 4);
+        let cases = contradiction_candidates(
+            &new,
+            &committed,
+            &["EMPLOYED_BY".into()],
+            &family,
+            &anyone,
+            4,
+        );
         assert!(cases.is_empty());
     }
 

@@ -346,9 +346,12 @@ pub async fn contradictions(
     let q = Question {
         stage: Stage::Contradictions,
         system: "You keep a temporal knowledge graph consistent. Reply with JSON only.",
-        intro: "For each new fact below, list the numbers of the existing facts it contradicts: \
-                facts that can no longer both be true (a changed value, role, owner or state). Facts \
-                that merely add detail do not contradict. Answer [] when none does.",
+        intro: "For each new fact below, list the numbers of the existing facts it replaces: facts \
+                that stop being true once the new one is, because the same subject changed to \
+                another value, partner or state (a new supplier instead of the old one, a new \
+                status). A fact that adds one more relationship of the same kind (one more thing \
+                someone is responsible for, works on or owns) replaces nothing, and neither does \
+                one that adds detail. Answer [] when it replaces none.",
         reply: "{\"items\": [{\"id\": <new fact number>, \"contradicts\": [<existing fact numbers>]}]}.",
         tokens_per_item: 32,
         item_schema: json!({

@@ -6,7 +6,7 @@
 //! summaries and embeddings. Committed nodes and edges that change come
 //! back with their ids, for an in-place update.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, StringArray};
@@ -141,8 +141,9 @@ pub async fn resolve_run(
     )
     .await?;
     let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
-    let mut edges = draft_edges(cx, facts, &resolved, &drafts, &mut out);
-    let (committed_edges, changed) = resolve_edges(cx, &mut edges, &mut out).await?;
+    let (mut edges, started) = draft_edges(cx, facts, &resolved, &drafts, &mut out);
+    let (committed_edges, changed) =
+        resolve_edges(cx, &mut edges, &drafts, &started, &mut out).await?;
     settled(cx, Stage::Contradictions)?;
     // Degrees count the edges that stay.
     let mut degree: HashMap<String, i64> = HashMap::new();
@@ -331,16 +332,19 @@ fn draft_nodes(
         .collect()
 }
 
-/// One edge per fact between the draft nodes of its endpoints. A fact
-/// whose two ends resolved to one node is dropped with a `failures` row.
+/// One edge per fact between the draft nodes of its endpoints, and the
+/// ids of those whose start was stated ([`FactMention::start_stated`]). A
+/// fact whose two ends resolved to one node is dropped with a `failures`
+/// row.
 fn draft_edges(
     cx: &StageContext<'_>,
     facts: &[RunFact<'_>],
     resolved: &Resolved,
     drafts: &[(NodeRow, Vec<String>)],
     out: &mut StageOutput,
-) -> Vec<EdgeRow> {
+) -> (Vec<EdgeRow>, HashSet<String>) {
     let mut edges: Vec<EdgeRow> = Vec::new();
+    let mut started: HashSet<String> = HashSet::new();
     for f in facts {
         let (s, t) = (resolved.cluster_of[f.source], resolved.cluster_of[f.target]);
         let f = f.fact;
@@ -360,8 +364,12 @@ fn draft_edges(
         }
         // Duplicates, also across episodes of this run, are folded by
         // fact resolution.
+        let edge_id = uuid::Uuid::now_v7().to_string();
+        if f.start_stated {
+            started.insert(edge_id.clone());
+        }
         edges.push(EdgeRow {
-            edge_id: uuid::Uuid::now_v7().to_string(),
+            edge_id,
             group_id: drafts[s].0.group_id.clone(),
             source_node_id: drafts[s].0.node_id.clone(),
             target_node_id: drafts[t].0.node_id.clone(),
@@ -378,7 +386,7 @@ fn draft_edges(
             run_id: cx.run_id.to_string(),
         });
     }
-    edges
+    (edges, started)
 }
 
 /// Fact resolution: duplicates fold into one edge, and within functional
@@ -389,6 +397,8 @@ fn draft_edges(
 async fn resolve_edges(
     cx: &StageContext<'_>,
     edges: &mut Vec<EdgeRow>,
+    drafts: &[(NodeRow, Vec<String>)],
+    started: &HashSet<String>,
     out: &mut StageOutput,
 ) -> Result<(Vec<EdgeRow>, BTreeSet<String>), ResolveError> {
     let rs = cx.spec;
@@ -412,11 +422,36 @@ async fn resolve_edges(
         cx.now,
     );
     let open = if rs.judge_contradictions {
+        // Which of this run's episodes name which node, and each node's
+        // type: a node an episode of this run names has a mention in it,
+        // so a draft carries it.
+        let names: HashSet<(&str, &str)> = drafts
+            .iter()
+            .flat_map(|(row, _)| {
+                row.episode_ids
+                    .iter()
+                    .map(|ep| (row.node_id.as_str(), ep.as_str()))
+            })
+            .collect();
+        let type_of: HashMap<&str, Option<&String>> = drafts
+            .iter()
+            .map(|(row, chain)| (row.node_id.as_str(), chain.last()))
+            .collect();
+        let replaceable = |new: &EdgeRow, older: &EdgeRow| {
+            let older_target = older.target_node_id.as_str();
+            started.contains(&new.edge_id)
+                && type_of.get(new.target_node_id.as_str()) == type_of.get(older_target)
+                && new
+                    .episode_ids
+                    .iter()
+                    .any(|ep| names.contains(&(older_target, ep.as_str())))
+        };
         contradiction_candidates(
             edges,
             &committed_edges,
             functional,
             &family,
+            &replaceable,
             rs.max_candidates,
         )
     } else {

@@ -569,9 +569,9 @@ fn candidates_by_scan(
     committed: &[EdgeRow],
     functional: &[String],
     family: &dyn Fn(&str) -> String,
+    replaceable: &dyn Fn(&EdgeRow, &EdgeRow) -> bool,
     max: usize,
 ) -> Vec<(usize, Vec<EdgeRef>)> {
-    use graphloom::resolve::normalize_name;
     use std::collections::HashMap;
     let live = |e: &EdgeRow| e.expired_at.is_none() && e.invalid_at.is_none();
     let mut by_source: HashMap<(&str, String), Vec<EdgeRef>> = HashMap::new();
@@ -607,8 +607,7 @@ fn candidates_by_scan(
             .filter(|r| !matches!(r, EdgeRef::New(j) if *j > i))
             .filter(|r| {
                 let o = get(*r);
-                o.target_node_id != e.target_node_id
-                    || normalize_name(&o.fact) != normalize_name(&e.fact)
+                o.target_node_id != e.target_node_id && replaceable(e, o)
             })
             .collect();
         if others.is_empty() {
@@ -656,7 +655,7 @@ fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
             relation_type: relation.into(),
             fact: format!("fact {} about {target}", rng.random_range(0..3)),
             attributes: "{}".into(),
-            episode_ids: vec![],
+            episode_ids: vec![format!("ep{}", rng.random_range(0..4))],
             valid_at,
             invalid_at: None,
             created_at: chrono::Utc::now(),
@@ -667,6 +666,16 @@ fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
         }
     };
     for round in 0..200 {
+        // Which episode names which target node, at random.
+        let names: std::collections::HashSet<(String, String)> = (0..4)
+            .flat_map(|ep| (0..6).map(move |t| (format!("ep{ep}"), format!("t{t}"))))
+            .filter(|_| rng.random_range(0..3) > 0)
+            .collect();
+        let named = |e: &EdgeRow, older: &EdgeRow| {
+            e.episode_ids
+                .iter()
+                .any(|ep| names.contains(&(ep.clone(), older.target_node_id.clone())))
+        };
         let committed: Vec<EdgeRow> = (0..rng.random_range(0..30))
             .map(|k| edge(&mut rng, k))
             .collect();
@@ -675,8 +684,8 @@ fn contradiction_candidates_are_those_of_a_scan_over_every_peer() {
             .collect();
         let max = rng.random_range(0..6);
         assert_eq!(
-            contradiction_candidates(&new, &committed, &functional, &family, max),
-            candidates_by_scan(&new, &committed, &functional, &family, max),
+            contradiction_candidates(&new, &committed, &functional, &family, &named, max),
+            candidates_by_scan(&new, &committed, &functional, &family, &named, max),
             "round {round}"
         );
     }
