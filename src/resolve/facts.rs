@@ -425,19 +425,16 @@ pub enum EdgeRef {
 /// `replaceable(new edge, older edge)` allows, at most `max` of them,
 /// most recent first.
 ///
-/// The run allows an older edge whose target is of the new target's type
-/// and is named by the new edge's episodes. A new fact replaces an older
-/// one by another thing of the same kind (a supplier for a supplier), and
-/// a text can only say that an older relationship ended if it speaks of
-/// its other end: "from 1 July Notification Hub sends every SMS through
-/// Skylark … 15% less than we paid Relaywave" may end Notification Hub's
-/// edge to Relaywave, a mail that names only Skylark may not. Without
-/// these, the 1.5B model judged that one new responsibility ended four
-/// others, that being responsible for a ticket ended being responsible
-/// for a service, and that a second wording of a fact about the same
-/// target contradicted the first; an end a text states for the same
-/// target is read without the LLM (`invalid_at`, which folds into the
-/// live edge).
+/// The run allows it when the new edge's start was stated and the older
+/// target is of the new target's type: a new fact replaces an older one
+/// at a time the text gives ("from 1 July Notification Hub sends every
+/// SMS through Skylark"), and by another thing of the same kind (a
+/// supplier for a supplier). Without these, the 1.5B model judged that
+/// one new responsibility ended four others, that being responsible for
+/// a ticket ended being responsible for a service, and that a second
+/// wording of a fact about the same target contradicted the first; an
+/// end a text states for the same target is read without the LLM
+/// (`invalid_at`, which folds into the live edge).
 pub fn contradiction_candidates(
     new_edges: &[EdgeRow],
     committed: &[EdgeRow],

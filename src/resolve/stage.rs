@@ -422,29 +422,20 @@ async fn resolve_edges(
         cx.now,
     );
     let open = if rs.judge_contradictions {
-        // Which of this run's episodes name which node, and each node's
-        // type: a node an episode of this run names has a mention in it,
-        // so a draft carries it.
-        let names: HashSet<(&str, &str)> = drafts
-            .iter()
-            .flat_map(|(row, _)| {
-                row.episode_ids
-                    .iter()
-                    .map(|ep| (row.node_id.as_str(), ep.as_str()))
-            })
-            .collect();
-        let type_of: HashMap<&str, Option<&String>> = drafts
-            .iter()
-            .map(|(row, chain)| (row.node_id.as_str(), chain.last()))
-            .collect();
+        // The type of every target: this run's from its drafts, the
+        // committed edges' from the nodes table.
+        let mut type_of: HashMap<String, String> =
+            committed_types(cx.ctx, &committed_edges).await?;
+        type_of.extend(drafts.iter().map(|(row, chain)| {
+            let t = chain
+                .last()
+                .cloned()
+                .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
+            (row.node_id.clone(), t)
+        }));
         let replaceable = |new: &EdgeRow, older: &EdgeRow| {
-            let older_target = older.target_node_id.as_str();
             started.contains(&new.edge_id)
-                && type_of.get(new.target_node_id.as_str()) == type_of.get(older_target)
-                && new
-                    .episode_ids
-                    .iter()
-                    .any(|ep| names.contains(&(older_target, ep.as_str())))
+                && type_of.get(&new.target_node_id) == type_of.get(&older.target_node_id)
         };
         contradiction_candidates(
             edges,
@@ -655,6 +646,37 @@ async fn committed_edges_of(
         .await
         .map_err(step(what))?;
     Ok(rows::decode("edges", &batches)?)
+}
+
+/// The type of each target node of `edges`, read from the committed
+/// nodes table.
+async fn committed_types(
+    ctx: &SessionContext,
+    edges: &[EdgeRow],
+) -> Result<HashMap<String, String>, ResolveError> {
+    let targets: BTreeSet<&str> = edges.iter().map(|e| e.target_node_id.as_str()).collect();
+    if targets.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let targets: Vec<String> = targets.into_iter().map(str::to_string).collect();
+    let what = "reading the types of the committed edges' targets";
+    crate::scratch::register_column(
+        ctx,
+        "run_targets",
+        "node_id",
+        Arc::new(StringArray::from(targets)),
+    )
+    .await
+    .map_err(step(what))?;
+    let batches = ctx
+        .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_targets t ON n.node_id = t.node_id")
+        .await
+        .map_err(step(what))?
+        .collect()
+        .await
+        .map_err(step(what))?;
+    let rows: Vec<NodeRow> = rows::decode("nodes", &batches)?;
+    Ok(rows.into_iter().map(|n| (n.node_id, n.node_type)).collect())
 }
 
 /// Folds what this run learnt about a node into its committed row: the

@@ -22,11 +22,13 @@ use graphloom::spec::{ApiStyle, PipelineSpec};
 use crate::common::{graphloom, ok};
 use crate::run_pipeline::{EMPLOYMENT, Fixture, GREY, content, fixture, responder};
 
-/// The run_pipeline corpus with employment facts (contradictions) and a
-/// grey-band name (adjudication), summaries and embeddings on, priced, and
-/// batches polled every few milliseconds.
+/// The run_pipeline corpus with employment facts (contradictions: no
+/// functional type settles them) and a grey-band name (adjudication),
+/// summaries and embeddings on, priced, and batches polled every few
+/// milliseconds.
 pub(crate) async fn corpus(tweak: impl FnOnce(&mut PipelineSpec)) -> Fixture {
     let f = fixture(|spec| {
+        spec.resolve.functional_edge_types.clear();
         spec.resolve.summaries = true;
         spec.resolve.embeddings = true;
         spec.llm.price_per_1m_prompt_tokens = Some(2.0);
@@ -129,6 +131,7 @@ async fn batch_mode_builds_the_graph_of_sync_mode_round_by_round_at_the_batch_pr
         "extract_facts",
         "classify_facts",
         "adjudicate",
+        "contradictions",
         "summaries",
     ] {
         assert!(
