@@ -627,25 +627,37 @@ async fn committed_edges_of(
     if edges.is_empty() {
         return Ok(Vec::new());
     }
-    let sources: BTreeSet<&str> = edges.iter().map(|e| e.source_node_id.as_str()).collect();
-    let sources: Vec<String> = sources.into_iter().map(str::to_string).collect();
-    let what = "reading the committed edges of the run's fact sources";
-    crate::scratch::register_column(
+    let batches = by_node_ids(
         ctx,
         "run_sources",
-        "node_id",
-        Arc::new(StringArray::from(sources)),
+        edges.iter().map(|e| e.source_node_id.as_str()),
+        "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id",
+        "reading the committed edges of the run's fact sources",
     )
-    .await
-    .map_err(step(what))?;
-    let batches = ctx
-        .sql("SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id")
+    .await?;
+    Ok(rows::decode("edges", &batches)?)
+}
+
+/// Registers the distinct `ids` as the scratch table `name` (one column,
+/// `node_id`) and collects `select`, which joins it.
+async fn by_node_ids<'a>(
+    ctx: &SessionContext,
+    name: &str,
+    ids: impl Iterator<Item = &'a str>,
+    select: &str,
+    what: &'static str,
+) -> Result<Vec<datafusion::arrow::record_batch::RecordBatch>, ResolveError> {
+    let ids: BTreeSet<&str> = ids.collect();
+    let ids: Vec<String> = ids.into_iter().map(str::to_string).collect();
+    crate::scratch::register_column(ctx, name, "node_id", Arc::new(StringArray::from(ids)))
+        .await
+        .map_err(step(what))?;
+    ctx.sql(select)
         .await
         .map_err(step(what))?
         .collect()
         .await
-        .map_err(step(what))?;
-    Ok(rows::decode("edges", &batches)?)
+        .map_err(step(what))
 }
 
 /// The type of each target node of `edges`, read from the committed
@@ -654,27 +666,17 @@ async fn committed_types(
     ctx: &SessionContext,
     edges: &[EdgeRow],
 ) -> Result<HashMap<String, String>, ResolveError> {
-    let targets: BTreeSet<&str> = edges.iter().map(|e| e.target_node_id.as_str()).collect();
-    if targets.is_empty() {
+    if edges.is_empty() {
         return Ok(HashMap::new());
     }
-    let targets: Vec<String> = targets.into_iter().map(str::to_string).collect();
-    let what = "reading the types of the committed edges' targets";
-    crate::scratch::register_column(
+    let batches = by_node_ids(
         ctx,
         "run_targets",
-        "node_id",
-        Arc::new(StringArray::from(targets)),
+        edges.iter().map(|e| e.target_node_id.as_str()),
+        "SELECT n.* FROM nodes n LEFT SEMI JOIN run_targets t ON n.node_id = t.node_id",
+        "reading the types of the committed edges' targets",
     )
-    .await
-    .map_err(step(what))?;
-    let batches = ctx
-        .sql("SELECT n.* FROM nodes n LEFT SEMI JOIN run_targets t ON n.node_id = t.node_id")
-        .await
-        .map_err(step(what))?
-        .collect()
-        .await
-        .map_err(step(what))?;
+    .await?;
     let rows: Vec<NodeRow> = rows::decode("nodes", &batches)?;
     Ok(rows.into_iter().map(|n| (n.node_id, n.node_type)).collect())
 }
