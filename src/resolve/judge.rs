@@ -320,6 +320,8 @@ pub struct ContradictionCase {
     pub fact: String,
     /// Texts of the facts it may contradict.
     pub existing: Vec<String>,
+    /// The words of its episode around it, when known.
+    pub text: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -381,7 +383,11 @@ pub async fn contradictions(
         "older facts stay valid",
         |case, n, prompt| {
             let c = &cases[case];
-            let _ = write!(prompt, "\nNew fact {n}: {}\nExisting facts:\n", c.fact);
+            let _ = write!(prompt, "\nNew fact {n}: {}\n", c.fact);
+            if let Some(text) = &c.text {
+                let _ = writeln!(prompt, "Its text: \"{text}\"");
+            }
+            let _ = writeln!(prompt, "Existing facts:");
             for (j, f) in c.existing.iter().enumerate() {
                 let _ = writeln!(prompt, "  {}. {}", j + 1, f);
             }

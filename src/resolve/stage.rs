@@ -142,8 +142,17 @@ pub async fn resolve_run(
     .await?;
     let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
     let (mut edges, started) = draft_edges(cx, facts, &resolved, &drafts, &mut out);
+    // The text around each node in each of this run's episodes, for the
+    // contradiction judge.
+    let mut contexts: HashMap<(String, String), String> = HashMap::new();
+    for (k, m) in mentions.iter().enumerate() {
+        let node = &drafts[resolved.cluster_of[k]].0.node_id;
+        contexts
+            .entry((node.clone(), m.mention.episode_id.clone()))
+            .or_insert_with(|| m.mention.context.clone());
+    }
     let (committed_edges, changed) =
-        resolve_edges(cx, &mut edges, &drafts, &started, &mut out).await?;
+        resolve_edges(cx, &mut edges, &drafts, &started, &contexts, &mut out).await?;
     settled(cx, Stage::Contradictions)?;
     // Degrees count the edges that stay.
     let mut degree: HashMap<String, i64> = HashMap::new();
@@ -399,6 +408,7 @@ async fn resolve_edges(
     edges: &mut Vec<EdgeRow>,
     drafts: &[(NodeRow, Vec<String>)],
     started: &HashSet<String>,
+    contexts: &HashMap<(String, String), String>,
     out: &mut StageOutput,
 ) -> Result<(Vec<EdgeRow>, BTreeSet<String>), ResolveError> {
     let rs = cx.spec;
@@ -455,9 +465,28 @@ async fn resolve_edges(
         };
         let cases: Vec<ContradictionCase> = open
             .iter()
-            .map(|(i, others)| ContradictionCase {
-                fact: edges[*i].fact.clone(),
-                existing: others.iter().map(text).collect(),
+            .map(|(i, others)| {
+                let e = &edges[*i];
+                let since = |v: Option<chrono::DateTime<chrono::Utc>>| {
+                    v.map(|v| format!(" (from {})", v.date_naive()))
+                        .unwrap_or_default()
+                };
+                let dated = |r: &EdgeRef| {
+                    let older = match *r {
+                        EdgeRef::Committed(j) => &committed_edges[j],
+                        EdgeRef::New(j) => &edges[j],
+                    };
+                    format!("{}{}", text(r), since(older.valid_at))
+                };
+                ContradictionCase {
+                    fact: format!("{}{}", e.fact, since(e.valid_at)),
+                    existing: others.iter().map(dated).collect(),
+                    text: e.episode_ids.first().and_then(|ep| {
+                        contexts
+                            .get(&(e.target_node_id.clone(), ep.clone()))
+                            .cloned()
+                    }),
+                }
             })
             .collect();
         let (verdicts, fails) = crate::resolve::judge::contradictions(

@@ -864,6 +864,17 @@ async fn a_judged_contradiction_invalidates_the_older_fact_without_a_functional_
     assert_eq!(report.invalidated_facts, 1, "{report:?}");
     let calls = stage_calls(&f.server, "temporal knowledge graph consistent");
     assert_eq!(calls.len(), 1, "one batched call");
+    // The question gives both starts and the new fact's own words.
+    let user = calls[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(user.contains("(from 2025-03-10)"), "{user}");
+    assert!(user.contains("(from 2021-09-01)"), "{user}");
+    assert!(
+        user.contains("Its text: \"Priya Raman joined Brightline Systems on 10 March.\""),
+        "{user}"
+    );
     let rows = employment(&f.store).await;
     assert_eq!(rows[0]["company"], "Acme Corp");
     assert_eq!(rows[0]["i"], "2025-03-10T00:00:00Z");
