@@ -143,13 +143,15 @@ pub async fn resolve_run(
     let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
     let (mut edges, started) = draft_edges(cx, facts, &resolved, &drafts, &mut out);
     // The text around each node in each of this run's episodes, for the
-    // contradiction judge.
-    let mut contexts: HashMap<(String, String), String> = HashMap::new();
-    for (k, m) in mentions.iter().enumerate() {
-        let node = &drafts[resolved.cluster_of[k]].0.node_id;
-        contexts
-            .entry((node.clone(), m.mention.episode_id.clone()))
-            .or_insert_with(|| m.mention.context.clone());
+    // contradiction judge (node id, episode id → the first mention's).
+    let mut contexts: HashMap<(&str, &str), &str> = HashMap::new();
+    if cx.spec.judge_contradictions {
+        for (k, m) in mentions.iter().enumerate() {
+            let node = drafts[resolved.cluster_of[k]].0.node_id.as_str();
+            contexts
+                .entry((node, m.mention.episode_id.as_str()))
+                .or_insert(m.mention.context.as_str());
+        }
     }
     let (committed_edges, changed) =
         resolve_edges(cx, &mut edges, &drafts, &started, &contexts, &mut out).await?;
@@ -408,7 +410,7 @@ async fn resolve_edges(
     edges: &mut Vec<EdgeRow>,
     drafts: &[(NodeRow, Vec<String>)],
     started: &HashSet<String>,
-    contexts: &HashMap<(String, String), String>,
+    contexts: &HashMap<(&str, &str), &str>,
     out: &mut StageOutput,
 ) -> Result<(Vec<EdgeRow>, BTreeSet<String>), ResolveError> {
     let rs = cx.spec;
@@ -483,8 +485,8 @@ async fn resolve_edges(
                     existing: others.iter().map(dated).collect(),
                     text: e.episode_ids.first().and_then(|ep| {
                         contexts
-                            .get(&(e.target_node_id.clone(), ep.clone()))
-                            .cloned()
+                            .get(&(e.target_node_id.as_str(), ep.as_str()))
+                            .map(|t| t.to_string())
                     }),
                 }
             })
