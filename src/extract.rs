@@ -24,7 +24,9 @@ use crate::ontology::{
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
-use crate::values::{coerce_text, parse_time, stated_end, stated_end_after, stated_start};
+use crate::values::{
+    coerce_text, parse_time, refers_back, stated_end, stated_end_after, stated_start,
+};
 
 pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 
@@ -2095,16 +2097,21 @@ impl<'a> Sentences<'a> {
     fn new(content: &'a str, mentions: &[Mention]) -> Self {
         // Each name's words are taken once, not once per sentence.
         let names: Vec<NameWords> = mentions.iter().map(|m| NameWords::of(&m.name)).collect();
-        let folded: Vec<String> = mentions
-            .iter()
-            .map(|m| {
-                crate::text::fold_suffixes(
-                    &normalize_name(&m.name),
-                    crate::spec::resolve::DEFAULT_CORPORATE_SUFFIXES,
-                )
-                .replace(' ', "")
-            })
-            .collect();
+        // The names folded as a domain label would write them, taken only
+        // for an episode with a `From:` address.
+        let mut folded: Option<Vec<String>> = None;
+        let fold = || -> Vec<String> {
+            mentions
+                .iter()
+                .map(|m| {
+                    crate::text::fold_suffixes(
+                        &normalize_name(&m.name),
+                        crate::spec::resolve::DEFAULT_CORPORATE_SUFFIXES,
+                    )
+                    .replace(' ', "")
+                })
+                .collect()
+        };
         let named_in = |text: &str| -> Vec<usize> {
             let words: Vec<&str> = crate::text::words(text).collect();
             (0..names.len())
@@ -2124,7 +2131,7 @@ impl<'a> Sentences<'a> {
                 let named = named_in(line);
                 if *header == "from:" {
                     sender = named.first().copied();
-                    sender_org = org_of_address(line, &folded);
+                    sender_org = org_of_address(line, folded.get_or_insert_with(fold));
                 }
                 for i in named {
                     out.anywhere[i] = true;
@@ -2307,15 +2314,6 @@ impl<'a> Sentences<'a> {
             (only_pair && named && s.speaks_of(a) && s.speaks_of(b)).then_some(k)
         })
     }
-}
-
-/// Whether a sentence says "that day" or "that date", which refers back
-/// to the last date written before it ("until 23:59 UTC on that day").
-fn refers_back(text: &str) -> bool {
-    let lower: Vec<String> = crate::text::words(text).map(str::to_lowercase).collect();
-    lower
-        .windows(2)
-        .any(|w| w[0] == "that" && matches!(w[1].as_str(), "day" | "date"))
 }
 
 /// The start of a fact whose text states none, when the model is not

@@ -324,6 +324,19 @@ fn nearest(today: NaiveDate, month: u32, day: u32, ahead: bool) -> Option<NaiveD
     })
 }
 
+/// Whether `words` (lower case) begin with "that day" or "that date".
+fn is_that_day(words: &[String]) -> bool {
+    matches!(words, [that, day, ..] if that == "that" && (day == "day" || day == "date"))
+}
+
+/// Whether a sentence says "that day" or "that date", which refers back
+/// to the last date written before it ("until 23:59 UTC on that day"):
+/// the sentences a caller reads with [`stated_end_after`].
+pub fn refers_back(text: &str) -> bool {
+    let words: Vec<String> = crate::text::words(text).map(str::to_lowercase).collect();
+    (0..words.len()).any(|i| is_that_day(&words[i..]))
+}
+
 /// Time zones and clock words that may follow a time of day.
 const CLOCK_WORDS: [&str; 9] = ["utc", "gmt", "z", "cet", "cest", "bst", "am", "pm", "hours"];
 
@@ -377,7 +390,7 @@ fn date_at(words: &[String], when: When, ahead: bool) -> Option<NaiveDate> {
     // UTC on 30 June", "until midnight on 30 June"); the day is read.
     let w = skip(skip_time_of_day(w), &FILLER);
     let first = w.first()?.as_str();
-    if first == "that" && matches!(w.get(1).map(String::as_str), Some("day" | "date")) {
+    if is_that_day(w) {
         return when.earlier;
     }
     let dated = |month: u32, day: u32, year: Option<i32>| match year {

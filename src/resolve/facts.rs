@@ -472,7 +472,7 @@ pub fn contradiction_candidates(
         // A new edge is asked about the committed peers and the new peers
         // before it (each pair of new edges once: the later one asks),
         // most recent first, ties in peer order, skipping those with its
-        // target and those whose target its episodes do not name. `ready`
+        // target and those `replaceable` turns down. `ready`
         // holds the peers before it, ordered so, as the new edges are
         // taken in order: each question reads the first few that pass.
         let key = |k: usize| (Reverse(get(peers[k]).valid_at), k);
@@ -580,8 +580,8 @@ pub fn apply_contradictions(
         if !live {
             continue;
         }
-        let same = wordings.get(&older_key).map_or(&[][..], Vec::as_slice);
-        for &r in std::iter::once(&older).chain(same.iter().filter(|r| **r != older)) {
+        // The index holds the older edge itself with its other wordings.
+        for &r in wordings.get(&older_key).map_or(&[][..], Vec::as_slice) {
             let e = match r {
                 EdgeRef::Committed(j) => &mut committed[j],
                 EdgeRef::New(j) => &mut new_edges[j],
@@ -753,10 +753,10 @@ mod fact_tests {
         ];
         let mut new = vec![edge("n", "brightline", Some(2024))];
         // The run allows replacing Acme, not Initech.
-        let named = |e: &EdgeRow, older: &EdgeRow| {
+        let acme_only = |e: &EdgeRow, older: &EdgeRow| {
             e.episode_ids == ["ep-n"] && older.target_node_id == "acme"
         };
-        let cases = contradiction_candidates(&new, &committed, &[], &family, &named, 4);
+        let cases = contradiction_candidates(&new, &committed, &[], &family, &acme_only, 4);
         assert_eq!(cases, vec![(0, vec![EdgeRef::Committed(0)])]);
         // Another wording about the same target is not asked about.
         new[0].target_node_id = "acme".into();

@@ -438,13 +438,11 @@ async fn resolve_edges(
         // committed edges' from the nodes table.
         let mut type_of: HashMap<String, String> =
             committed_types(cx.ctx, &committed_edges).await?;
-        type_of.extend(drafts.iter().map(|(row, chain)| {
-            let t = chain
-                .last()
-                .cloned()
-                .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
-            (row.node_id.clone(), t)
-        }));
+        type_of.extend(
+            drafts
+                .iter()
+                .map(|(row, chain)| (row.node_id.clone(), chain_type(chain))),
+        );
         let replaceable = |new: &EdgeRow, older: &EdgeRow| {
             started.contains(&new.edge_id)
                 && type_of.get(&new.target_node_id) == type_of.get(&older.target_node_id)
@@ -513,6 +511,15 @@ async fn resolve_edges(
     Ok((committed_edges, facts.changed_committed))
 }
 
+/// The type a node of `chain` is stored with: its last type, or the
+/// generic label for an empty chain.
+fn chain_type(chain: &[String]) -> String {
+    chain
+        .last()
+        .cloned()
+        .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into())
+}
+
 /// The node rows: a draft of a new cluster gets the next short id; a
 /// draft of a committed node is merged into it. Returns new nodes, then
 /// updated ones, and the updated nodes' ids.
@@ -526,10 +533,7 @@ fn finish_nodes(
     let mut updated: BTreeMap<String, NodeRow> = BTreeMap::new();
     let mut next_short_id = cx.base_short_id;
     for (c, (mut row, chain)) in drafts.into_iter().enumerate() {
-        row.node_type = chain
-            .last()
-            .cloned()
-            .unwrap_or_else(|| crate::ontology::ENTITY_LABEL.into());
+        row.node_type = chain_type(&chain);
         row.labels = cx
             .ontology
             .labels_for(&row.node_type)
@@ -691,19 +695,21 @@ async fn by_node_ids<'a>(
         .map_err(step(what))
 }
 
-/// The type of each target node of `edges`, read from the committed
-/// nodes table.
+/// The type of each target node of the live `edges` (the only ones the
+/// contradiction judge is asked about), read from the committed nodes
+/// table.
 async fn committed_types(
     ctx: &SessionContext,
     edges: &[EdgeRow],
 ) -> Result<HashMap<String, String>, ResolveError> {
-    if edges.is_empty() {
+    let live = |e: &&EdgeRow| e.expired_at.is_none() && e.invalid_at.is_none();
+    if !edges.iter().any(|e| live(&e)) {
         return Ok(HashMap::new());
     }
     let batches = by_node_ids(
         ctx,
         "run_targets",
-        edges.iter().map(|e| e.target_node_id.as_str()),
+        edges.iter().filter(live).map(|e| e.target_node_id.as_str()),
         "SELECT n.* FROM nodes n LEFT SEMI JOIN run_targets t ON n.node_id = t.node_id",
         "reading the types of the committed edges' targets",
     )
