@@ -90,6 +90,11 @@ pub struct FactMention {
     /// change that may end an older fact (resolution's contradiction
     /// judge is asked about no other).
     pub start_stated: bool,
+    /// Whether the episode says the source moved to the target ("Notification
+    /// Hub moves to Skylark on 1 July"): the source's earlier relationships
+    /// of this family with other things of the target's type end when
+    /// this one starts, without asking the LLM.
+    pub moved: bool,
 }
 
 impl FactMention {
@@ -641,6 +646,50 @@ impl TypeWords {
         Some((kind.as_str(), code))
     }
 
+    /// The type whose words the text writes right before the code `code`
+    /// ("Thank you for signing order form QF-0087", "ORDER FORM QF-0087."),
+    /// when every such place writes the same type; `None` when none does
+    /// or two disagree. The model may list the code alone under another
+    /// type, and a code so typed twice becomes two entities that never
+    /// merge.
+    fn written_before<'t>(&'t self, code: &str, text: &str) -> Option<&'t str> {
+        let mut found: Option<&str> = None;
+        for (at, _) in text.match_indices(code) {
+            let next = text[at + code.len()..].chars().next();
+            if next.is_some_and(char::is_alphanumeric) {
+                continue;
+            }
+            let before = &text[..at];
+            if before
+                .chars()
+                .next_back()
+                .is_some_and(char::is_alphanumeric)
+            {
+                continue;
+            }
+            // The type's words end right before the code: one to three
+            // words, with nothing but spaces between them and it.
+            if !before.ends_with(' ') {
+                continue;
+            }
+            let words: Vec<&str> = crate::text::words(before).collect();
+            let kind = (1..=3.min(words.len())).find_map(|n| {
+                let phrase = type_word(&words[words.len() - n..].join(" "));
+                self.words
+                    .iter()
+                    .find(|(w, _)| *w == phrase)
+                    .map(|(_, k)| k.as_str())
+            });
+            match (found, kind) {
+                (_, None) => {}
+                (None, Some(k)) => found = Some(k),
+                (Some(f), Some(k)) if f == k => {}
+                (Some(_), Some(_)) => return None,
+            }
+        }
+        found
+    }
+
     /// Whether `name` spells a type: as a type word, as the initials of a
     /// type of several words, or, when it is two or more words of letters,
     /// by its initials as an acronym type.
@@ -925,8 +974,15 @@ pub async fn extract_entities(
         let name = crate::text::without_affiliation(name).to_string();
         // A type's words in front of a code type the entity, whatever type
         // the model chose ("order form AOF-2024-031" listed as a Product).
+        // So do a type's words the episode writes in front of a code the
+        // model listed alone ("signing order form QF-0087").
         let (name, named_type) = match type_words.type_and_code(&name) {
             Some((kind, code)) => (code.to_string(), ontology.entity_tree.chain(kind)),
+            None if crate::text::is_code(&name) => {
+                let kind = type_words.written_before(&name, &episode.content);
+                let chain = kind.and_then(|k| ontology.entity_tree.chain(k));
+                (name, chain)
+            }
             None => (name, None),
         };
         let normalized = normalize_name(&name);
@@ -1610,6 +1666,29 @@ pub fn fitting_relation_in(
     }
 }
 
+/// The one declared relation type that entities of types `a` and `b` can
+/// be related by, and whether it goes from `b` to `a`: the broadest of the
+/// declared types whose `source_targets` allow the pair, when every other
+/// one is below it (Person → Service: RESPONSIBLE_FOR, with its kinds
+/// ON_CALL_FOR and OWNS). `None` when none fits, when two families do
+/// (a type without `source_targets` fits every pair), or when the type
+/// fits both ways round.
+pub fn only_relation(ontology: &Ontology, a: &str, b: &str) -> Option<(String, bool)> {
+    let fitting: Vec<(String, bool)> = ontology
+        .edge_tree
+        .iter()
+        .filter(|t| t.name != GENERIC_RELATION)
+        .filter_map(|t| fits_either_way(ontology, &t.name, a, b))
+        .collect();
+    let (broadest, turned) = fitting.iter().find(|(n, _)| {
+        fitting
+            .iter()
+            .all(|(other, _)| ontology.edge_tree.is_a(other, n))
+    })?;
+    let both_ways = ontology.edge_allows(broadest, a, b) && ontology.edge_allows(broadest, b, a);
+    (!both_ways).then(|| (broadest.clone(), *turned))
+}
+
 /// `relation` with whether it must be turned round, when its own
 /// `source_targets` allow the endpoint types as given or else reversed.
 fn fits_either_way(
@@ -1830,6 +1909,8 @@ pub async fn extract_facts(
             reference,
         );
         let start_stated = valid_at.is_some();
+        // A relation no declared type names says too little to end others.
+        let moved = ontology.edge_types.contains_key(&relation) && sentences.moved_to(s, t);
         if spec.fact_start == FactStart::Text && valid_at.is_none() {
             valid_at = default_start(invalid_at, reference);
         }
@@ -1853,9 +1934,82 @@ pub async fn extract_facts(
             mapped: false,
             written_types,
             start_stated,
+            moved,
         });
     }
+    if record.is_none() {
+        let ended = ended_pairs(ontology, spec, episode, mentions, &sentences, &facts);
+        facts.extend(ended);
+    }
     Ok((facts, rejected))
+}
+
+/// Facts of the relationships an episode says have ended ("We will keep
+/// accepting messages from your Notification Hub until 23:59 UTC on that
+/// day", written by Relaywave) between two of its mentions that the
+/// model gave no fact for ([`Sentences::stated_pair_ends`]). The fact is
+/// the sentence, under the one declared type the two entities' types can
+/// be related by ([`only_relation`]; no fact where two could be), with
+/// the day as its end. Resolution then ends the live edge of that type
+/// between the two, or of a narrower type, as for any fact with an end;
+/// where there is none, the graph keeps that the relationship held until
+/// then. A small model leaves such a sentence out: the end of a supply or
+/// a shift is written of the relationship, not as a fact about it.
+fn ended_pairs(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    episode: &Episode,
+    mentions: &[Mention],
+    sentences: &Sentences<'_>,
+    facts: &[FactMention],
+) -> Vec<FactMention> {
+    let reference = episode.reference_time;
+    let related = |a: usize, b: usize| {
+        facts
+            .iter()
+            .any(|f| (f.source, f.target) == (a, b) || (f.source, f.target) == (b, a))
+    };
+    let mut out = Vec::new();
+    for (a, b, day, text) in sentences.stated_pair_ends(reference.date_naive()) {
+        let (ta, tb) = (&mentions[a].chain, &mentions[b].chain);
+        if related(a, b) || ta.is_empty() || tb.is_empty() {
+            continue;
+        }
+        let Some((relation, turned)) =
+            only_relation(ontology, mentions[a].type_name(), mentions[b].type_name())
+        else {
+            continue;
+        };
+        let (source, target) = if turned { (b, a) } else { (a, b) };
+        let invalid_at = Some(on_day(day, reference));
+        let valid_at = match spec.fact_start {
+            FactStart::Text => default_start(invalid_at, reference),
+            FactStart::Model => None,
+        };
+        out.push(FactMention {
+            episode_id: episode.episode_id.clone(),
+            source,
+            target,
+            chain: ontology
+                .edge_tree
+                .chain(&relation)
+                .unwrap_or_else(|| vec![relation.clone()]),
+            fact: text
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(200)
+                .collect(),
+            valid_at,
+            invalid_at,
+            mapped: false,
+            written_types: Vec::new(),
+            start_stated: false,
+            moved: false,
+        });
+    }
+    out
 }
 
 /// Where a record (a JSON episode) holds each mention's name: per
@@ -2278,6 +2432,78 @@ impl<'a> Sentences<'a> {
         })
     }
 
+    /// The pairs of mentions a sentence is about alone (it speaks of
+    /// exactly two, [`Sentence::speaks_of`], and names one of them at
+    /// least) and says their relationship ends, with the day it ends
+    /// ([`stated_end_after`], "that day" read back as in
+    /// [`Self::pair_end`]) and the sentence: the first such sentence of
+    /// each pair, in episode order, the pair's lower number first.
+    fn stated_pair_ends(&self, today: NaiveDate) -> Vec<(usize, usize, NaiveDate, &'a str)> {
+        let mut out: Vec<(usize, usize, NaiveDate, &'a str)> = Vec::new();
+        for (k, s) in self.sentences.iter().enumerate() {
+            let mut spoken: Vec<usize> = s.named.clone();
+            if s.first_person {
+                spoken.extend(s.writer);
+            }
+            if s.we {
+                spoken.extend(s.org);
+            }
+            spoken.sort_unstable();
+            spoken.dedup();
+            let &[a, b] = spoken.as_slice() else {
+                continue;
+            };
+            if out.iter().any(|&(x, y, _, _)| (x, y) == (a, b)) {
+                continue;
+            }
+            let earlier = refers_back(s.text)
+                .then(|| self.date_before(k, today))
+                .flatten();
+            if let Some(day) = stated_end_after(s.text, today, earlier) {
+                out.push((a, b, day, s.text));
+            }
+        }
+        out
+    }
+
+    /// Whether the episode says `mover` moves to `to`: a sentence about
+    /// the pair alone ([`Self::about_pair_at`]) names `mover` (or has it
+    /// speak as "I" or "we") before a verb of moving ("moves", "switched",
+    /// "migrating", "transfers", optionally "over") followed by "to" and
+    /// `to`'s name, at most two words on ("Notification Hub moves to
+    /// Skylark on 1 July", "Priya transfers to the Data team", "we
+    /// switched over to Skylark"). Moving to one thing is leaving the one
+    /// before: resolution ends the mover's earlier relationships of the
+    /// same family with things of `to`'s type (a supplier for a supplier).
+    fn moved_to(&self, mover: usize, to: usize) -> bool {
+        self.about_pair_at(mover, to).any(|k| {
+            let s = &self.sentences[k];
+            let words: Vec<&str> = crate::text::words(s.text).collect();
+            let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+            (0..lower.len()).any(|verb| {
+                if !is_moving_verb(&lower[verb]) {
+                    return false;
+                }
+                let mut at = verb + 1;
+                if lower.get(at).is_some_and(|w| w == "over") {
+                    at += 1;
+                }
+                if lower.get(at).is_none_or(|w| w != "to") {
+                    return false;
+                }
+                let subject = match verb.checked_sub(1).map(|i| lower[i].as_str()) {
+                    Some("i") => s.first_person && s.writer == Some(mover),
+                    Some("we") => s.we && s.org == Some(mover),
+                    _ => self.names[mover].in_words(&words[..verb]).is_some(),
+                };
+                subject
+                    && self.names[to]
+                        .in_words(&words[at + 1..])
+                        .is_some_and(|(start, _)| start <= 2)
+            })
+        })
+    }
+
     /// The day the episode starts the relationship between `a` and `b`,
     /// read from a sentence about the pair alone ([`Self::about_pair`])
     /// by its start word ([`stated_start`]): "From 1 July 2025 Notification
@@ -2314,6 +2540,30 @@ impl<'a> Sentences<'a> {
             (only_pair && named && s.speaks_of(a) && s.speaks_of(b)).then_some(k)
         })
     }
+}
+
+/// Whether `word` (in lower case) is a form of a verb of moving from one
+/// thing to another: move, switch, migrate, transfer.
+fn is_moving_verb(word: &str) -> bool {
+    matches!(
+        word,
+        "move"
+            | "moves"
+            | "moved"
+            | "moving"
+            | "switch"
+            | "switches"
+            | "switched"
+            | "switching"
+            | "migrate"
+            | "migrates"
+            | "migrated"
+            | "migrating"
+            | "transfer"
+            | "transfers"
+            | "transferred"
+            | "transferring"
+    )
 }
 
 /// The start of a fact whose text states none, when the model is not
@@ -2724,6 +2974,43 @@ mod tests {
         assert_eq!(typed("Acme order form OF-601"), None, "more than a type");
         assert_eq!(typed("Ridgeback 14"), None);
         assert_eq!(typed("OF-601"), None, "a code alone");
+        let before = |code: &str, text: &str| words.written_before(code, text);
+        assert_eq!(
+            before(
+                "QF-0087",
+                "Thank you for signing order form QF-0087 yesterday!"
+            ),
+            Some("OrderForm")
+        );
+        assert_eq!(
+            before(
+                "QF-0087",
+                "Quillfeather Software. ORDER FORM QF-0087. Customer: …"
+            ),
+            Some("OrderForm"),
+            "in capitals, the code at a sentence's end"
+        );
+        assert_eq!(
+            before("M-2024-1", "Under M-2024-1; see MSA M-2024-1."),
+            Some("MSA"),
+            "a place that writes no type does not count"
+        );
+        assert_eq!(
+            before("X-12", "order form X-12 replaces MSA X-12"),
+            None,
+            "two types for one code"
+        );
+        assert_eq!(
+            before("OF-601", "the order form OF-6012"),
+            None,
+            "another code"
+        );
+        assert_eq!(
+            before("OF-601", "order form:OF-601"),
+            None,
+            "not right before it"
+        );
+        assert_eq!(before("OF-601", "We signed OF-601."), None);
     }
 
     #[test]
@@ -3437,6 +3724,123 @@ mod tests {
             None,
             "Relaywave's sentence does not name the hub"
         );
+    }
+
+    #[test]
+    fn the_only_relation_of_two_types_is_the_broadest_type_that_fits_them() {
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            [[entity_types]]
+            name = "Service"
+            description = "A service."
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            [[entity_types]]
+            name = "Ticket"
+            description = "A ticket."
+            [[edge_types]]
+            name = "RESPONSIBLE_FOR"
+            description = "Answers for a service."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [[edge_types]]
+            name = "ON_CALL_FOR"
+            description = "Takes on-call shifts."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [[edge_types]]
+            name = "SUPPLIED_BY"
+            description = "A service uses a vendor."
+            source_targets = [{ source = "Service", target = "Company" }]
+            [[edge_types]]
+            name = "WORKS_FOR"
+            description = "Works for a company."
+            source_targets = [{ source = "Person", target = "Company" }]
+            [[edge_types]]
+            name = "SUED"
+            description = "Took a company to court."
+            source_targets = [{ source = "Person", target = "Company" }]
+            [[edge_types]]
+            name = "CAUSED_BY"
+            description = "One ticket caused another."
+            source_targets = [{ source = "Ticket", target = "Ticket" }]
+            [edge_type_hierarchy]
+            RESPONSIBLE_FOR = { ON_CALL_FOR = {} }
+            "#,
+        );
+        let only = |a: &str, b: &str| only_relation(&onto, a, b);
+        assert_eq!(
+            only("Person", "Service"),
+            Some(("RESPONSIBLE_FOR".into(), false)),
+            "a family: its broadest type"
+        );
+        assert_eq!(
+            only("Company", "Service"),
+            Some(("SUPPLIED_BY".into(), true))
+        );
+        assert_eq!(only("Person", "Company"), None, "two families");
+        assert_eq!(only("Ticket", "Ticket"), None, "either way round");
+        assert_eq!(only("Person", "Ticket"), None, "none fits");
+    }
+
+    #[test]
+    fn a_sentence_about_two_mentions_alone_states_when_their_relationship_ends() {
+        let today = NaiveDate::from_ymd_opt(2025, 5, 12).expect("day");
+        let mentions = [
+            mention("Beatrix Holm", "Person"),
+            mention("Relaywave Ltd", "Company"),
+            mention("Notification Hub", "Service"),
+            mention("Maya Okonjo", "Person"),
+            mention("Fare Engine", "Service"),
+        ];
+        let mail = "From: Beatrix Holm <beatrix.holm@relaywave.com>\nTo: Maya Okonjo \
+                    <maya@tidewell.io>\n\nDear Maya,\n\nThe contract was cancelled today, with \
+                    effect from 30 June 2025. We will keep accepting messages from your \
+                    Notification Hub until 23:59 UTC on that day. Maya Okonjo stays on Fare \
+                    Engine until Friday, and Notification Hub until 1 July. Notification Hub \
+                    will run until 2 July.";
+        let sentences = Sentences::new(mail, &mentions);
+        let ends: Vec<(usize, usize, String)> = sentences
+            .stated_pair_ends(today)
+            .into_iter()
+            .map(|(a, b, day, _)| (a, b, day.to_string()))
+            .collect();
+        assert_eq!(
+            ends,
+            vec![(1, 2, "2025-06-30".to_string())],
+            "the writer's company as \"we\"; not a sentence of three mentions, nor of one"
+        );
+    }
+
+    #[test]
+    fn a_sentence_that_moves_its_subject_to_the_other_end_says_it_moved() {
+        let mention = |name: &str| mention(name, "Entity");
+        let mentions = [
+            mention("Priya Raman"),
+            mention("Data Platform"),
+            mention("Ledger Service"),
+            mention("Postgres"),
+            mention("Acme Corp"),
+        ];
+        let text = "From 1 May Priya transfers to the Data Platform team. Ledger Service \
+                    migrated over to Postgres last week. Postgres moves to Ledger Service's \
+                    own host. Acme Corp moved its office to Postgres.";
+        let sentences = Sentences::new(text, &mentions);
+        assert!(
+            sentences.moved_to(0, 1),
+            "by the first word of the name, an article between"
+        );
+        assert!(!sentences.moved_to(1, 0), "the mover is the verb's subject");
+        assert!(sentences.moved_to(2, 3), "\"over to\"");
+        assert!(sentences.moved_to(3, 2), "each sentence on its own");
+        assert!(!sentences.moved_to(4, 3), "what moves is not the subject");
+        let mail = "From: Priya Raman <priya@acme.com>\n\nI move to Data Platform on Monday.";
+        let mail = Sentences::new(mail, &mentions);
+        assert!(mail.moved_to(0, 1), "the writer's I");
+        let staying = Sentences::new("Priya Raman stays with Data Platform.", &mentions);
+        assert!(!staying.moved_to(0, 1));
     }
 
     #[test]

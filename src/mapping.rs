@@ -613,6 +613,8 @@ impl Mapping {
             // A record's relation is declared and fits its mapped types.
             written_types: Vec::new(),
             start_stated: times[0].is_some(),
+            // A record states its facts' ends itself.
+            moved: false,
         });
     }
 }

@@ -16,6 +16,9 @@ pub struct FactResolution {
     pub invalidated: usize,
     /// Committed edges that changed and must be written back.
     pub changed_committed: std::collections::BTreeSet<String>,
+    /// Each new edge folded into another, by id, with the id of the edge
+    /// it joined: what was stated of the one holds for the other.
+    pub folds: Vec<(String, String)>,
 }
 
 /// Resolves this run's edges against each other and against the committed
@@ -356,6 +359,10 @@ impl Sweep<'_> {
     fn fold(&mut self, i: usize, into: EdgeRef) {
         self.folded[i] = true;
         self.out.duplicates += 1;
+        let joined = self.get(into).edge_id.clone();
+        self.out
+            .folds
+            .push((self.new_edges[i].edge_id.clone(), joined));
         let (ids, valid, end) = {
             let e = &self.new_edges[i];
             (e.episode_ids.clone(), e.valid_at, e.invalid_at)

@@ -141,7 +141,7 @@ pub async fn resolve_run(
     )
     .await?;
     let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
-    let (mut edges, started) = draft_edges(cx, facts, &resolved, &drafts, &mut out);
+    let (mut edges, mut stated) = draft_edges(cx, facts, &resolved, &drafts, &mut out);
     // The text around each node in each of this run's episodes, for the
     // contradiction judge (node id, episode id → the first mention's).
     let mut contexts: HashMap<(&str, &str), &str> = HashMap::new();
@@ -154,7 +154,7 @@ pub async fn resolve_run(
         }
     }
     let (committed_edges, changed) =
-        resolve_edges(cx, &mut edges, &drafts, &started, &contexts, &mut out).await?;
+        resolve_edges(cx, &mut edges, &drafts, &mut stated, &contexts, &mut out).await?;
     settled(cx, Stage::Contradictions)?;
     // Degrees count the edges that stay.
     let mut degree: HashMap<String, i64> = HashMap::new();
@@ -343,19 +343,29 @@ fn draft_nodes(
         .collect()
 }
 
-/// One edge per fact between the draft nodes of its endpoints, and the
-/// ids of those whose start was stated ([`FactMention::start_stated`]). A
-/// fact whose two ends resolved to one node is dropped with a `failures`
-/// row.
+/// What the episodes stated of the new edges beyond their rows, by edge
+/// id: which may end older facts.
+#[derive(Debug, Default)]
+struct Stated {
+    /// Edges whose start was stated ([`FactMention::start_stated`]).
+    started: HashSet<String>,
+    /// Edges whose source the text moved to their target
+    /// ([`FactMention::moved`]).
+    moved: HashSet<String>,
+}
+
+/// One edge per fact between the draft nodes of its endpoints, and what
+/// their episodes stated of them. A fact whose two ends resolved to one
+/// node is dropped with a `failures` row.
 fn draft_edges(
     cx: &StageContext<'_>,
     facts: &[RunFact<'_>],
     resolved: &Resolved,
     drafts: &[(NodeRow, Vec<String>)],
     out: &mut StageOutput,
-) -> (Vec<EdgeRow>, HashSet<String>) {
+) -> (Vec<EdgeRow>, Stated) {
     let mut edges: Vec<EdgeRow> = Vec::new();
-    let mut started: HashSet<String> = HashSet::new();
+    let mut stated = Stated::default();
     for f in facts {
         let (s, t) = (resolved.cluster_of[f.source], resolved.cluster_of[f.target]);
         let f = f.fact;
@@ -377,7 +387,10 @@ fn draft_edges(
         // fact resolution.
         let edge_id = uuid::Uuid::now_v7().to_string();
         if f.start_stated {
-            started.insert(edge_id.clone());
+            stated.started.insert(edge_id.clone());
+        }
+        if f.moved {
+            stated.moved.insert(edge_id.clone());
         }
         edges.push(EdgeRow {
             edge_id,
@@ -397,7 +410,7 @@ fn draft_edges(
             run_id: cx.run_id.to_string(),
         });
     }
-    (edges, started)
+    (edges, stated)
 }
 
 /// Fact resolution: duplicates fold into one edge, and within functional
@@ -409,7 +422,7 @@ async fn resolve_edges(
     cx: &StageContext<'_>,
     edges: &mut Vec<EdgeRow>,
     drafts: &[(NodeRow, Vec<String>)],
-    started: &HashSet<String>,
+    stated: &mut Stated,
     contexts: &HashMap<(&str, &str), &str>,
     out: &mut StageOutput,
 ) -> Result<(Vec<EdgeRow>, BTreeSet<String>), ResolveError> {
@@ -433,19 +446,66 @@ async fn resolve_edges(
         rs.duplicate_fact_similarity,
         cx.now,
     );
-    let open = if rs.judge_contradictions {
-        // The type of every target: this run's from its drafts, the
-        // committed edges' from the nodes table.
-        let mut type_of: HashMap<String, String> =
-            committed_types(cx.ctx, &committed_edges).await?;
+    // A move stated of a fact is stated of the edge it folded into.
+    for (from, into) in &facts.folds {
+        if stated.moved.contains(from) {
+            stated.moved.insert(into.clone());
+        }
+    }
+    let stated = &*stated;
+    // The type of every target, for moves and the judge: this run's from
+    // its drafts, the committed edges' from the nodes table. A fact
+    // replaces another of its kind only (a supplier for a supplier).
+    let type_of: HashMap<String, String> = if rs.judge_contradictions || !stated.moved.is_empty() {
+        let mut type_of = committed_types(cx.ctx, &committed_edges).await?;
         type_of.extend(
             drafts
                 .iter()
                 .map(|(row, chain)| (row.node_id.clone(), chain_type(chain))),
         );
+        type_of
+    } else {
+        HashMap::new()
+    };
+    let same_kind =
+        |a: &EdgeRow, b: &EdgeRow| type_of.get(&a.target_node_id) == type_of.get(&b.target_node_id);
+    // A move the text states ("Notification Hub moves to Skylark on 1
+    // July") ends the mover's live facts of the family with other things
+    // of that kind that started before it, as a judge's verdict would.
+    if !stated.moved.is_empty() {
+        let moves = |new: &EdgeRow, older: &EdgeRow| {
+            let (to, from) = if stated.moved.contains(&new.edge_id) {
+                (new, older)
+            } else if stated.moved.contains(&older.edge_id) {
+                (older, new)
+            } else {
+                return false;
+            };
+            let start = |e: &EdgeRow| e.valid_at.unwrap_or(e.created_at);
+            same_kind(to, from) && start(from) < start(to)
+        };
+        let found = contradiction_candidates(
+            edges,
+            &committed_edges,
+            functional,
+            &family,
+            &moves,
+            usize::MAX,
+        );
+        let pairs: Vec<(usize, EdgeRef)> = found
+            .into_iter()
+            .flat_map(|(i, left)| left.into_iter().map(move |r| (i, r)))
+            .collect();
+        let before = facts.invalidated;
+        apply_contradictions(edges, &mut committed_edges, &pairs, cx.now, &mut facts);
+        tracing::info!(
+            "moves the episodes state ended {} facts",
+            facts.invalidated - before
+        );
+    }
+    let open = if rs.judge_contradictions {
         let replaceable = |new: &EdgeRow, older: &EdgeRow| {
-            started.contains(&new.edge_id)
-                && type_of.get(&new.target_node_id) == type_of.get(&older.target_node_id)
+            stated.started.contains(&new.edge_id) && same_kind(new, older)
         };
         contradiction_candidates(
             edges,

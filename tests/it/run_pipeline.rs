@@ -81,6 +81,8 @@ fn facts_for(text: &str) -> Value {
         json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null}])
     } else if text.contains("PO-1 for 40 laptops") {
         json!([{"source": "Acme Corp", "target": "PO-1", "relation_type": "PARTY_TO", "fact": "Acme Corp is the seller on PO-1.", "valid_at": "2025", "invalid_at": null}])
+    } else if text.contains("Priya Raman moves to Brightline") {
+        json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null}])
     } else if text.contains("Priya Raman joined") {
         json!([{"source": "Priya Raman", "target": "Brightline Systems", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman works for Brightline Systems.", "valid_at": "2025-03-10", "invalid_at": null},
                {"source": "Priya Raman", "target": "Ghost Ltd", "relation_type": "EMPLOYED_BY", "fact": "Priya Raman left Ghost Ltd.", "valid_at": null, "invalid_at": null}])
@@ -894,6 +896,37 @@ async fn a_judged_contradiction_invalidates_the_older_fact_without_a_functional_
     assert!(stage_calls(&f.server, "temporal knowledge graph consistent").is_empty());
 }
 
+/// "Priya Raman moves to Brightline Systems": moving to one company is
+/// leaving the one before, whatever the functional types, and without
+/// asking the judge. The move's fact repeats e4's and folds into its edge,
+/// which carries the move on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stated_move_ends_the_movers_earlier_fact_of_its_kind_without_the_judge() {
+    let f = fixture(|spec| spec.resolve.functional_edge_types.clear()).await;
+    let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+    text.push_str(r#"{"id": "e7", "content": "Priya Raman works full time for Acme Corp.", "kind": "message", "reference_time": "2025-01-05T10:00:00Z"}
+{"id": "e11", "content": "Priya Raman moves to Brightline Systems on 10 March.", "kind": "message", "reference_time": "2025-03-12T10:00:00Z"}
+"#);
+    std::fs::write(&f.source_file, text).expect("write");
+    let report = run(&f).await;
+    assert_eq!(report.invalidated_facts, 1, "{report:?}");
+    assert!(
+        stage_calls(&f.server, "temporal knowledge graph consistent").is_empty(),
+        "the move needs no verdict"
+    );
+    let rows = employment(&f.store).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0]["company"], "Acme Corp");
+    assert_eq!(
+        rows[0]["i"], "2025-03-10T00:00:00Z",
+        "ends when the move starts"
+    );
+    assert_eq!(rows[0]["expired"], true);
+    assert_eq!(rows[1]["company"], "Brightline Systems");
+    assert_eq!(rows[1]["expired"], false);
+    assert_eq!(rows[1]["episodes"], 2, "e4's edge holds the move");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn summaries_and_embeddings_are_added_when_asked_for() {
     let f = fixture(|spec| {
@@ -1434,19 +1467,21 @@ async fn a_replay_rebuilds_the_graph_from_the_cache_alone_and_fails_episodes_it_
 
 /// A model that lists "order form AOF-7" as a product: the type's words
 /// in front of a code say what it is, and the code alone is its name, so
-/// that it meets the records and episodes that write the code alone.
+/// that it meets the records and episodes that write the code alone. So
+/// do the words the episode writes before a code listed alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
     use graphloom::extract::{ExtractSpec, Prompts, extract_entities};
     let (server, ontology, client) = extraction_client().await;
     let episode = common::text_episode(
         "ORDER FORM AOF-7. Seller: Acme Corp. Product: Corvid Workspace. \
-         Purchase order PO-12 follows.",
+         Purchase order PO-12 follows. It replaces order form OF-3.",
     );
     server.push_replies([Reply::json(&json!({"entities": [
         {"name": "order form AOF-7", "type": "Product", "attributes": []},
         {"name": "Purchase order PO-12", "type": "Contract", "attributes": []},
         {"name": "Corvid Workspace", "type": "Product", "attributes": []},
+        {"name": "OF-3", "type": "Product", "attributes": []},
     ]}))]);
     let spec = ExtractSpec::default();
     let (mentions, rejected) = extract_entities(
@@ -1474,9 +1509,75 @@ async fn a_type_written_before_a_code_types_the_entity_and_the_code_names_it() {
             ("AOF-7", vec!["Contract", "OrderForm"]),
             ("PO-12", vec!["Contract", "PurchaseOrder"]),
             ("Corvid Workspace", vec!["Product"]),
-        ]
+            ("OF-3", vec!["Contract", "OrderForm"]),
+        ],
+        "a code listed alone takes the type the text writes before it"
     );
     assert!(rejected.is_empty(), "{rejected:?}");
+    server.shutdown().await;
+}
+
+/// "Priya Raman stays with Acme Corp until 30 June": a model that gives no fact
+/// for it still leaves the end in the graph, under the one declared family
+/// a person and a company can be related by (EMPLOYED_BY); a pair the
+/// model gave a fact for keeps the model's fact alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_end_a_sentence_states_of_a_pair_the_model_left_out_is_a_fact() {
+    use graphloom::extract::ExtractSpec;
+    let (server, ontology, client) = extraction_client().await;
+    let mut episode = common::text_episode(
+        "Dana Whitcombe: Priya Raman stays with Acme Corp until 30 June 2025. I work for Acme Corp.",
+    );
+    episode.reference_time = chrono::DateTime::parse_from_rfc3339("2025-03-05T10:00:00Z")
+        .expect("time")
+        .to_utc();
+    let mentions = dana_acme_priya();
+    let spec = ExtractSpec::default();
+    server.push_replies([Reply::json(&json!({"facts": [
+        {"source": "Dana Whitcombe", "target": "Acme Corp", "relation_type": "EMPLOYED_BY", "fact": "Dana Whitcombe works for Acme Corp.", "valid_at": null, "invalid_at": null},
+    ]}))]);
+    let (facts, rejected) = facts_under(&client, &ontology, &spec, &episode, &mentions).await;
+    let got: Vec<(&str, &str, &str, String)> = facts
+        .iter()
+        .map(|f| {
+            (
+                mentions[f.source].name.as_str(),
+                f.relation_type(),
+                f.fact.as_str(),
+                f.invalid_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "Dana Whitcombe",
+                "EMPLOYED_BY",
+                "Dana Whitcombe works for Acme Corp.",
+                String::new()
+            ),
+            (
+                "Priya Raman",
+                "EMPLOYED_BY",
+                "Priya Raman stays with Acme Corp until 30 June 2025",
+                "2025-06-30T00:00:00+00:00".to_string()
+            ),
+        ],
+        "{rejected:?}"
+    );
+    assert_eq!(mentions[facts[1].target].name, "Acme Corp");
+    // The model's own fact about the pair: no second one.
+    server.push_replies([Reply::json(&json!({"facts": [
+        {"source": "Priya Raman", "target": "Acme Corp", "relation_type": "WORKS_FULL_TIME_FOR", "fact": "Priya Raman worked for Acme Corp.", "valid_at": null, "invalid_at": null},
+    ]}))]);
+    let (facts, _) = facts_under(&client, &ontology, &spec, &episode, &mentions).await;
+    assert_eq!(facts.len(), 1, "{facts:?}");
+    assert_eq!(facts[0].relation_type(), "WORKS_FULL_TIME_FOR");
+    assert!(
+        facts[0].invalid_at.is_some(),
+        "the sentence's end is the fact's"
+    );
     server.shutdown().await;
 }
 
