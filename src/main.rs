@@ -1163,6 +1163,12 @@ fn print_run(spec: &PipelineSpec, store: &GraphStore, r: &graphloom::run::RunRep
             r.retyped_mentions
         );
     }
+    if r.majority_retyped > 0 {
+        out!(
+            "other episodes named the type of {} text mentions (resolve.majority_types)",
+            r.majority_retyped
+        );
+    }
     if r.ambiguous_entities > 0 {
         out!(
             "resolution: {} ambiguous mentions, {} merged on adjudication, the rest kept separate",

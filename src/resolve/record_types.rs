@@ -1,4 +1,5 @@
-//! Records name an entity's type (`resolve.record_types_win`).
+//! Records and majorities name an entity's type
+//! (`resolve.record_types_win`, `resolve.majority_types`).
 //!
 //! A model reading text may type a name differently from the record that
 //! maps it: the staff directory says "Platform Reliability" is a Team, a
@@ -13,8 +14,12 @@
 //! records give two incompatible chains is left alone: the records do not
 //! say which one the text means.
 //!
-//! The run applies it between the entity walk and the fact calls, so that
-//! a fact call offers the relation types the record's type allows.
+//! Where no record speaks, most episodes do ([`majority_chains`]): a model
+//! typed "Skylark Messaging" as a Company in three episodes and as a
+//! Service in two.
+//!
+//! The run applies both between the entity walk and the fact calls, so
+//! that a fact call offers the relation types the entity's type allows.
 //!
 //! The committed side is one DataFusion semi-join of `nodes` against the
 //! run's text names, so the step grows with the run, not with the graph.
@@ -33,27 +38,78 @@ use super::{ResolveSpec, fold_suffixes, normalize_name};
 /// Scratch table of the run's folded text names.
 const RUN_NAMES: &str = "run_text_names";
 
+/// A committed node as the type rules read it.
+struct CommittedNode {
+    /// Its chain, root first.
+    chain: Vec<String>,
+    /// How many episodes name it.
+    episodes: u64,
+    /// Whether a record made it (origin `map`).
+    record: bool,
+}
+
+/// `(group, folded name)` → the committed nodes of that name.
+type ByName = HashMap<(String, String), Vec<CommittedNode>>;
+
+/// The run's mentions as the type rules read them: each name folded as
+/// name resolution folds it, and the committed nodes that share a text
+/// mention's folded name in its group.
+pub struct TypeEvidence {
+    /// Per mention, its name folded (case, punctuation, corporate
+    /// suffixes).
+    folded: Vec<String>,
+    /// The committed nodes that share a text mention's folded name.
+    committed: ByName,
+}
+
+impl TypeEvidence {
+    /// Folds the mentions' names and reads the committed nodes that share
+    /// one with a text mention (`nodes` names the committed nodes table):
+    /// one semi-join, whatever the graph's size.
+    pub async fn read(
+        ctx: &SessionContext,
+        nodes: &str,
+        spec: &ResolveSpec,
+        mentions: &[RunMention<'_>],
+    ) -> Result<Self, DataFusionError> {
+        let folded: Vec<String> = mentions
+            .iter()
+            .map(|m| fold_suffixes(&normalize_name(&m.mention.name), &spec.corporate_suffixes))
+            .collect();
+        let names: BTreeSet<&str> = (0..mentions.len())
+            .filter(|&i| !mentions[i].mention.mapped && !folded[i].is_empty())
+            .map(|i| folded[i].as_str())
+            .collect();
+        let mut committed = ByName::new();
+        if !names.is_empty() {
+            for (key, node) in committed_chains(ctx, nodes, spec, names).await? {
+                committed.entry(key).or_default().push(node);
+            }
+        }
+        Ok(TypeEvidence { folded, committed })
+    }
+
+    /// The committed nodes of `group` named `folded`.
+    fn committed(&self, group: &str, folded: &str) -> &[CommittedNode] {
+        self.committed
+            .get(&(group.to_string(), folded.to_string()))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
 /// For each mention, the record's chain it takes, or `None` when it keeps
-/// its own. `nodes` names the committed nodes table.
-pub async fn record_chains(
-    ctx: &SessionContext,
-    nodes: &str,
-    spec: &ResolveSpec,
+/// its own (`mentions` as `evidence` read them).
+pub fn record_chains(
     mentions: &[RunMention<'_>],
-) -> Result<Vec<Option<Vec<String>>>, DataFusionError> {
-    let folded: Vec<String> = mentions
-        .iter()
-        .map(|m| fold_suffixes(&normalize_name(&m.mention.name), &spec.corporate_suffixes))
-        .collect();
+    evidence: &TypeEvidence,
+) -> Vec<Option<Vec<String>>> {
+    let folded = &evidence.folded;
     let text: Vec<usize> = (0..mentions.len())
         .filter(|&i| !mentions[i].mention.mapped && !folded[i].is_empty())
         .collect();
-    if text.is_empty() {
-        return Ok(vec![None; mentions.len()]);
-    }
     // (group, folded name) → the chains records give it.
     let mut chains: HashMap<(&str, &str), BTreeSet<Vec<String>>> = HashMap::new();
-    for (m, f) in mentions.iter().zip(&folded) {
+    for (m, f) in mentions.iter().zip(folded) {
         if m.mention.mapped {
             chains
                 .entry((m.group_id, f.as_str()))
@@ -61,19 +117,20 @@ pub async fn record_chains(
                 .insert(m.mention.chain.clone());
         }
     }
-    let committed = committed_record_chains(ctx, nodes, spec, &text, &folded).await?;
-    for ((group, name), chain) in &committed {
-        chains
-            .entry((group.as_str(), name.as_str()))
-            .or_default()
-            .insert(chain.clone());
-    }
     let mut out = vec![None; mentions.len()];
     for i in text {
         let m = &mentions[i];
-        let Some(options) = chains.get(&(m.group_id, folded[i].as_str())) else {
-            continue;
-        };
+        let mut options = chains
+            .get(&(m.group_id, folded[i].as_str()))
+            .cloned()
+            .unwrap_or_default();
+        options.extend(
+            evidence
+                .committed(m.group_id, &folded[i])
+                .iter()
+                .filter(|n| n.record)
+                .map(|n| n.chain.clone()),
+        );
         // Chains that are prefixes of one another name one type, the
         // longer more precisely.
         let longest = options.iter().max_by_key(|c| c.len());
@@ -85,28 +142,98 @@ pub async fn record_chains(
             out[i] = Some(record.clone());
         }
     }
-    Ok(out)
+    out
 }
 
-/// `(group, folded name) → chain` of the committed record nodes whose
-/// folded name is one of the run's text names.
-async fn committed_record_chains(
+/// For each mention, the chain most episodes give its name when the
+/// mention's own is of another top-level type, or `None` when it keeps
+/// its own (`resolve.majority_types`; `mentions` as `evidence` read them,
+/// with the types records gave already taken). Every mention of the run
+/// with a type votes for its chain with its episode, and every committed
+/// node of the same folded name in the group with its episodes; a
+/// top-level type wins with at least two votes and more than all the
+/// others together, and a text mention of another top-level type takes
+/// the winner's chain that most votes gave (a longer one on a tie). An
+/// untyped mention (`Entity`) neither votes nor is retyped.
+///
+/// A small model types one name differently from one episode to the next
+/// ("Skylark Messaging" a Company in three mails and documents, a Service
+/// in two), and entities of incompatible types never merge; a mention so
+/// mistyped also offers the fact call the wrong relation types. The vote
+/// sees this run's mentions and the committed nodes: an archive split
+/// into runs may vote otherwise than one run over all of it (README,
+/// "One archive, one graph").
+pub fn majority_chains(
+    mentions: &[RunMention<'_>],
+    evidence: &TypeEvidence,
+) -> Vec<Option<Vec<String>>> {
+    let folded = &evidence.folded;
+    let typed = |i: usize| !mentions[i].mention.chain.is_empty() && !folded[i].is_empty();
+    // (group, folded name) → votes per chain.
+    type Votes = BTreeMap<Vec<String>, u64>;
+    let mut votes: HashMap<(&str, &str), Votes> = HashMap::new();
+    for i in (0..mentions.len()).filter(|&i| typed(i)) {
+        let key = (mentions[i].group_id, folded[i].as_str());
+        let v = votes.entry(key).or_insert_with(|| {
+            // The graph's votes, once per name.
+            let mut v = Votes::new();
+            for n in evidence.committed(key.0, key.1) {
+                if !n.chain.is_empty() {
+                    *v.entry(n.chain.clone()).or_default() += n.episodes;
+                }
+            }
+            v
+        });
+        *v.entry(mentions[i].mention.chain.clone()).or_default() += 1;
+    }
+    let winner = |v: &Votes| -> Option<Vec<String>> {
+        let mut roots: BTreeMap<&String, u64> = BTreeMap::new();
+        for (chain, n) in v {
+            if let Some(root) = chain.first() {
+                *roots.entry(root).or_default() += n;
+            }
+        }
+        let total: u64 = roots.values().sum();
+        let (root, most) = roots.iter().max_by_key(|(_, n)| **n)?;
+        if *most < 2 || *most <= total - most {
+            return None;
+        }
+        v.iter()
+            .filter(|(c, _)| c.first() == Some(*root))
+            .max_by(|(a, x), (b, y)| x.cmp(y).then(a.len().cmp(&b.len())).then(b.cmp(a)))
+            .map(|(c, _)| c.clone())
+    };
+    let mut out = vec![None; mentions.len()];
+    for i in (0..mentions.len()).filter(|&i| typed(i) && !mentions[i].mention.mapped) {
+        let key = (mentions[i].group_id, folded[i].as_str());
+        let Some(chain) = votes.get(&key).and_then(winner) else {
+            continue;
+        };
+        if chain.first() != mentions[i].mention.chain.first() {
+            out[i] = Some(chain);
+        }
+    }
+    out
+}
+
+/// The committed nodes whose folded name is one of `names`, with their
+/// `(group, folded name)`.
+async fn committed_chains(
     ctx: &SessionContext,
     nodes: &str,
     spec: &ResolveSpec,
-    text: &[usize],
-    folded: &[String],
-) -> Result<Vec<((String, String), Vec<String>)>, DataFusionError> {
+    names: BTreeSet<&str>,
+) -> Result<Vec<((String, String), CommittedNode)>, DataFusionError> {
     // `fold_name` folds the committed names as the Rust side folded the
     // run's (entity resolution registers the full set again later).
     super::entities::register_udfs(ctx, spec, &BTreeMap::new());
-    let names: BTreeSet<&str> = text.iter().map(|&i| folded[i].as_str()).collect();
     let names: Vec<&str> = names.into_iter().collect();
     crate::scratch::register_column(ctx, RUN_NAMES, "folded", Arc::new(StringArray::from(names)))
         .await?;
     let sql = format!(
-        "SELECT n.group_id, n.folded, n.labels FROM \
-           (SELECT group_id, fold_name(name_normalized) AS folded, labels FROM {nodes} WHERE origin = 'map') n \
+        "SELECT n.group_id, n.folded, n.labels, n.episodes, n.origin = 'map' AS record FROM \
+           (SELECT group_id, fold_name(name_normalized) AS folded, labels, origin, \
+              CAST(cardinality(episode_ids) AS BIGINT) AS episodes FROM {nodes}) n \
          LEFT SEMI JOIN {RUN_NAMES} r ON n.folded = r.folded"
     );
     let batches = ctx.sql(&sql).await?.collect().await;
@@ -118,6 +245,9 @@ async fn committed_record_chains(
         let (groups, names) = (groups.as_string::<i32>(), names.as_string::<i32>());
         let labels = string_lists(b.column(2))?;
         let labels = labels.as_list::<i32>();
+        let episodes = arrow::compute::cast(b.column(3), &arrow::datatypes::DataType::Int64)?;
+        let episodes = episodes.as_primitive::<arrow::datatypes::Int64Type>();
+        let record = b.column(4).as_boolean();
         for r in 0..b.num_rows() {
             let list = labels.value(r);
             let list = list.as_string::<i32>();
@@ -128,7 +258,11 @@ async fn committed_record_chains(
                 .collect();
             out.push((
                 (groups.value(r).to_string(), names.value(r).to_string()),
-                chain,
+                CommittedNode {
+                    chain,
+                    episodes: u64::try_from(episodes.value(r)).unwrap_or(0),
+                    record: record.is_valid(r) && record.value(r),
+                },
             ));
         }
     }
@@ -153,4 +287,116 @@ pub fn summary(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::Mention;
+
+    fn mention(name: &str, chain: &[&str], mapped: bool) -> Mention {
+        Mention {
+            episode_id: "e".into(),
+            name: name.into(),
+            chain: chain.iter().map(|c| c.to_string()).collect(),
+            attributes: Default::default(),
+            context: String::new(),
+            mapped,
+        }
+    }
+
+    /// The evidence `TypeEvidence::read` would give, with `committed`
+    /// nodes of group "g".
+    fn evidence(mentions: &[RunMention<'_>], committed: &[(&str, &[&str], u64)]) -> TypeEvidence {
+        let spec = ResolveSpec::default();
+        let mut by_name = ByName::new();
+        for (name, chain, episodes) in committed {
+            by_name
+                .entry(("g".into(), (*name).into()))
+                .or_default()
+                .push(CommittedNode {
+                    chain: chain.iter().map(|c| c.to_string()).collect(),
+                    episodes: *episodes,
+                    record: false,
+                });
+        }
+        TypeEvidence {
+            folded: mentions
+                .iter()
+                .map(|m| fold_suffixes(&normalize_name(&m.mention.name), &spec.corporate_suffixes))
+                .collect(),
+            committed: by_name,
+        }
+    }
+
+    #[test]
+    fn a_top_level_type_with_more_votes_than_all_others_retypes_the_rest() {
+        let ms = [
+            mention("Skylark Messaging", &["Company"], false),
+            mention("Skylark Messaging Ltd", &["Company"], false),
+            mention("skylark messaging", &["Service"], false),
+            mention("Fare Engine", &["Service"], false),
+            mention("Fare Engine", &["Company"], false),
+            mention("Lumen", &["Product"], false),
+            mention("Lumen", &["Ticket", "Incident"], false),
+            mention("Lumen", &[], false),
+        ];
+        let run: Vec<RunMention> = ms
+            .iter()
+            .map(|mention| RunMention {
+                group_id: "g",
+                mention,
+            })
+            .collect();
+        let chains = majority_chains(&run, &evidence(&run, &[]));
+        let company = Some(vec!["Company".to_string()]);
+        assert_eq!(
+            chains[..3],
+            [None, None, company],
+            "2 votes to 1, suffixes folded"
+        );
+        assert_eq!(chains[3..5], [None, None], "a tie leaves both");
+        assert_eq!(
+            chains[5..],
+            [None, None, None],
+            "1 to 1; Entity does not vote"
+        );
+        // The graph votes with its nodes' episodes: Lumen, an incident in
+        // three committed episodes, outvotes the run's product.
+        let chains = majority_chains(
+            &run,
+            &evidence(
+                &run,
+                &[
+                    ("lumen", &["Ticket"], 1),
+                    ("lumen", &["Ticket", "Incident"], 2),
+                ],
+            ),
+        );
+        assert_eq!(
+            chains[5],
+            Some(vec!["Ticket".to_string(), "Incident".to_string()]),
+            "the chain most votes gave"
+        );
+        assert_eq!(chains[6], None, "already of the winning top-level type");
+    }
+
+    #[test]
+    fn a_record_mention_votes_but_keeps_its_type() {
+        let ms = [
+            mention("Platform Reliability", &["Company"], false),
+            mention("Platform Reliability", &["Company"], false),
+            mention("Platform Reliability", &["Company"], false),
+            mention("Platform Reliability", &["Team"], true),
+        ];
+        let run: Vec<RunMention> = ms
+            .iter()
+            .map(|mention| RunMention {
+                group_id: "g",
+                mention,
+            })
+            .collect();
+        let chains = majority_chains(&run, &evidence(&run, &[]));
+        assert_eq!(chains, vec![None; 4]);
+    }
 }

@@ -339,30 +339,72 @@ impl<'a> Extraction<'a> {
     /// Records name types (`resolve.record_types_win`): a text mention
     /// named exactly as a record's entity (mapped by this run, or a
     /// committed node of origin `map`) but typed incompatibly takes the
-    /// record's chain, and drops its properties (of the other type). This
-    /// runs before the fact calls, so that a fact call offers the relation
-    /// types the record's type allows: typed as a Company, the team
-    /// "Platform Reliability" could only be WORKS_FOR's target, and
-    /// nobody's MEMBER_OF. Returns how many mentions took a record's type.
-    pub(super) async fn take_record_types(
+    /// record's chain, and drops its properties (of the other type). Then
+    /// most episodes do (`resolve.majority_types`): a text mention whose
+    /// name the run's other mentions and the committed nodes mostly give
+    /// another top-level type takes it. This runs before the fact calls,
+    /// so that a fact call offers the relation types the entity's type
+    /// allows: typed as a Company, the team "Platform Reliability" could
+    /// only be WORKS_FOR's target, and nobody's MEMBER_OF. Returns how
+    /// many mentions took a record's type, and how many the majority's.
+    pub(super) async fn take_named_types(
         &mut self,
         ctx: &SessionContext,
         spec: &ResolveSpec,
-    ) -> Result<usize, DataFusionError> {
+    ) -> Result<(usize, usize), DataFusionError> {
         // Records of this run or committed ones may type any text mention:
         // only a run without text mentions has nothing to do.
-        if !spec.record_types_win || self.mentions.is_empty() {
-            return Ok(0);
+        if !(spec.record_types_win || spec.majority_types) || self.mentions.is_empty() {
+            return Ok((0, 0));
         }
         // Text mentions first, in `self.mentions` order, then the records'.
         let mut group_of = vec![""; self.mentions.len()];
         for (&i, &(a, b)) in &self.mention_range {
             group_of[a..b].fill(self.all[i].group_id.as_str());
         }
+        let (evidence, records) = {
+            let run = self.run_mentions(&group_of);
+            let evidence = record_types::TypeEvidence::read(ctx, "nodes", spec, &run).await?;
+            let records = if spec.record_types_win {
+                record_types::record_chains(&run, &evidence)
+            } else {
+                vec![None; run.len()]
+            };
+            if records.iter().any(Option::is_some) {
+                tracing::info!(
+                    "records named the type of {} text mentions: {:?}",
+                    records.iter().flatten().count(),
+                    record_types::summary(&run, &records)
+                );
+            }
+            (evidence, records)
+        };
+        let by_records = self.retype(records);
+        let by_majority = if spec.majority_types {
+            let run = self.run_mentions(&group_of);
+            let majority = record_types::majority_chains(&run, &evidence);
+            if majority.iter().any(Option::is_some) {
+                tracing::info!(
+                    "other episodes named the type of {} text mentions: {:?}",
+                    majority.iter().flatten().count(),
+                    record_types::summary(&run, &majority)
+                );
+            }
+            drop(run);
+            self.retype(majority)
+        } else {
+            0
+        };
+        Ok((by_records, by_majority))
+    }
+
+    /// The run's mentions with their groups: text mentions first, in
+    /// `self.mentions` order (`group_of` gives theirs), then the records'.
+    fn run_mentions<'s>(&'s self, group_of: &[&'s str]) -> Vec<RunMention<'s>> {
         let mut run: Vec<RunMention> = self
             .mentions
             .iter()
-            .zip(&group_of)
+            .zip(group_of)
             .map(|(mention, group_id)| RunMention { group_id, mention })
             .collect();
         for (i, mapped) in &self.mapped {
@@ -374,22 +416,22 @@ impl<'a> Extraction<'a> {
                     .map(|mention| RunMention { group_id, mention }),
             );
         }
-        let chains = record_types::record_chains(ctx, "nodes", spec, &run).await?;
-        let retyped = chains.iter().flatten().count();
-        if retyped > 0 {
-            tracing::info!(
-                "records named the type of {retyped} text mentions: {:?}",
-                record_types::summary(&run, &chains)
-            );
-        }
-        drop(run);
+        run
+    }
+
+    /// Gives each text mention the chain `chains` holds for it (in
+    /// [`Self::run_mentions`] order), dropping its properties, which
+    /// belong to its old type. Returns how many changed.
+    fn retype(&mut self, chains: Vec<Option<Vec<String>>>) -> usize {
+        let mut n = 0;
         for (m, chain) in self.mentions.iter_mut().zip(chains) {
             if let Some(chain) = chain {
                 m.chain = chain;
                 m.attributes.clear();
+                n += 1;
             }
         }
-        Ok(retyped)
+        n
     }
 
     /// One fact call per episode with entities.

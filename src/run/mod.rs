@@ -183,6 +183,9 @@ pub struct RunReport {
     /// Text mentions that took the type a record gives their name
     /// (`resolve.record_types_win`).
     pub retyped_mentions: usize,
+    /// Text mentions that took the type most episodes give their name
+    /// (`resolve.majority_types`).
+    pub majority_retyped: usize,
     /// Episodes committed with their entities and facts.
     pub episodes_added: usize,
     /// Failure rows written, by stage.
@@ -537,11 +540,11 @@ async fn execute(
     work.classify_entities().await;
     mark = report.timings.lap(Stage::ClassifyEntities, mark);
     settled!(client, Stage::ClassifyEntities);
-    report.retyped_mentions = work
-        .take_record_types(&ctx, &job.spec.resolve)
+    (report.retyped_mentions, report.majority_retyped) = work
+        .take_named_types(&ctx, &job.spec.resolve)
         .await
         .map_err(|source| ResolveError::DataFusion {
-            step: "matching text names to the types records give them",
+            step: "matching text names to the types records and other episodes give them",
             source,
         })?;
     work.facts(&to_extract).await;

@@ -73,6 +73,11 @@ pub struct ResolveSpec {
     /// names folded) but of an incompatible type takes the record's type,
     /// so it merges with it: a record is the user's own word on the type.
     pub record_types_win: bool,
+    /// A text mention whose name most of the run's episodes and the
+    /// committed nodes (same group, names folded) give another top-level
+    /// type takes that type: a small model types one name differently
+    /// from one episode to the next. Records still win where they speak.
+    pub majority_types: bool,
     /// Ask the LLM about ambiguous entities (several candidates, grey-band
     /// scores). Off: they stay separate.
     pub adjudicate: bool,
@@ -416,6 +421,7 @@ impl Default for ResolveSpec {
             partial_names: true,
             longer_names: true,
             record_types_win: true,
+            majority_types: true,
             adjudicate: true,
             adjudication_batch_size: 10,
             max_candidates: 4,

@@ -38,6 +38,8 @@ fn entities_for(text: &str) -> Value {
         json!([{"name": "Laptop deal", "type": "Contract", "attributes": []}])
     } else if text.contains("Order number PO-1 from the spring") {
         json!([{"name": "Spring order", "type": "Contract", "attributes": []}])
+    } else if text.contains("Brightline Systems runs the Lumen line") {
+        json!([{"name": "Brightline Systems", "type": "Product", "attributes": []}])
     } else if text.contains("Priya Raman works full time for Acme Corp") {
         json!([{"name": "Priya Raman", "type": "Person", "attributes": []},
                {"name": "Acme Corp", "type": "Company", "attributes": []}])
@@ -894,6 +896,36 @@ async fn a_judged_contradiction_invalidates_the_older_fact_without_a_functional_
     let report = run(&f).await;
     assert_eq!(report.invalidated_facts, 0);
     assert!(stage_calls(&f.server, "temporal knowledge graph consistent").is_empty());
+}
+
+/// Two episodes make Brightline Systems a company and a third a product:
+/// the odd one takes the majority's type and so merges (one node), unless
+/// `resolve.majority_types` is off (two nodes, never merged).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_typed_otherwise_by_a_minority_of_episodes_takes_the_majoritys_type() {
+    for majority in [true, false] {
+        let f = fixture(|spec| spec.resolve.majority_types = majority).await;
+        let mut text = std::fs::read_to_string(&f.source_file).expect("read");
+        text.push_str(r#"{"id": "e8", "content": "Priya Raman is at Brightline Systems now.", "kind": "message", "reference_time": "2025-03-20T10:00:00Z"}
+{"id": "e12", "content": "Brightline Systems runs the Lumen line.", "kind": "message", "reference_time": "2025-03-21T10:00:00Z"}
+"#);
+        std::fs::write(&f.source_file, text).expect("write");
+        let report = run(&f).await;
+        assert_eq!(report.majority_retyped, usize::from(majority), "{report:?}");
+        let rows = query(
+            &f.store,
+            "SELECT type, cardinality(episode_ids) AS episodes FROM nodes WHERE name = 'Brightline Systems' ORDER BY type",
+        )
+        .await;
+        if majority {
+            assert_eq!(rows.len(), 1, "{rows:?}");
+            assert_eq!(rows[0]["type"], "Company");
+            assert_eq!(rows[0]["episodes"], 3);
+        } else {
+            assert_eq!(rows.len(), 2, "{rows:?}");
+            assert_eq!(rows[1]["type"], "Product");
+        }
+    }
 }
 
 /// "Priya Raman moves to Brightline Systems": moving to one company is
