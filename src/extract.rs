@@ -1892,15 +1892,24 @@ pub async fn extract_facts(
             .chain(&relation)
             .unwrap_or_else(|| vec![relation.clone()]);
         let reference = episode.reference_time;
+        let today = reference.date_naive();
+        // A move starts the fact on its day ("moves to Skylark on 1 July").
+        // A relation no declared type names says too little to end others.
+        let move_at = ontology
+            .edge_types
+            .contains_key(&relation)
+            .then(|| sentences.moved_to(s, t))
+            .flatten();
+        let move_day = move_at
+            .and_then(|k| sentences.day_of(k, today))
+            .map(|d| on_day(d, reference));
         let stated = match spec.fact_start {
             FactStart::Model => written_time(f.valid_at.as_deref(), reference),
-            FactStart::Text => {
-                let today = reference.date_naive();
-                stated_start(text, today)
-                    .or_else(|| sentences.pair_start(s, t, today))
-                    .map(|d| on_day(d, reference))
-            }
-        };
+            FactStart::Text => stated_start(text, today)
+                .or_else(|| sentences.pair_start(s, t, today))
+                .map(|d| on_day(d, reference)),
+        }
+        .or(move_day);
         let (mut valid_at, invalid_at) = fact_times(
             stated,
             written_time(f.invalid_at.as_deref(), reference),
@@ -1909,8 +1918,7 @@ pub async fn extract_facts(
             reference,
         );
         let start_stated = valid_at.is_some();
-        // A relation no declared type names says too little to end others.
-        let moved = ontology.edge_types.contains_key(&relation) && sentences.moved_to(s, t);
+        let moved = move_at.is_some();
         if spec.fact_start == FactStart::Text && valid_at.is_none() {
             valid_at = default_start(invalid_at, reference);
         }
@@ -2419,17 +2427,24 @@ impl<'a> Sentences<'a> {
             if !gives {
                 return None;
             }
-            Some(
-                stated_start(s.text, today)
-                    .or_else(|| crate::values::last_date(s.text, today))
-                    .or_else(|| {
-                        (refers_back(s.text) || lower.iter().any(|w| w == "then"))
-                            .then(|| self.date_before(k, today))
-                            .flatten()
-                    })
-                    .unwrap_or(today),
-            )
+            Some(self.day_of(k, today).unwrap_or(today))
         })
+    }
+
+    /// The day sentence `k` says something happens: the one a start word
+    /// gives ("from 3 March"), else the date it writes ("on 10 March"),
+    /// else, when it says "that day" or "then", the last date the episode
+    /// wrote before it.
+    fn day_of(&self, k: usize, today: NaiveDate) -> Option<NaiveDate> {
+        let text = self.sentences[k].text;
+        stated_start(text, today)
+            .or_else(|| crate::values::last_date(text, today))
+            .or_else(|| {
+                let then = crate::text::words(text).any(|w| w.eq_ignore_ascii_case("then"));
+                (refers_back(text) || then)
+                    .then(|| self.date_before(k, today))
+                    .flatten()
+            })
     }
 
     /// The pairs of mentions a sentence is about alone (it speaks of
@@ -2475,8 +2490,9 @@ impl<'a> Sentences<'a> {
     /// switched over to Skylark"). Moving to one thing is leaving the one
     /// before: resolution ends the mover's earlier relationships of the
     /// same family with things of `to`'s type (a supplier for a supplier).
-    fn moved_to(&self, mover: usize, to: usize) -> bool {
-        self.about_pair_at(mover, to).any(|k| {
+    /// Returns the sentence, by number.
+    fn moved_to(&self, mover: usize, to: usize) -> Option<usize> {
+        self.about_pair_at(mover, to).find(|&k| {
             let s = &self.sentences[k];
             let words: Vec<&str> = crate::text::words(s.text).collect();
             let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
@@ -3829,18 +3845,38 @@ mod tests {
                     own host. Acme Corp moved its office to Postgres.";
         let sentences = Sentences::new(text, &mentions);
         assert!(
-            sentences.moved_to(0, 1),
+            sentences.moved_to(0, 1).is_some(),
             "by the first word of the name, an article between"
         );
-        assert!(!sentences.moved_to(1, 0), "the mover is the verb's subject");
-        assert!(sentences.moved_to(2, 3), "\"over to\"");
-        assert!(sentences.moved_to(3, 2), "each sentence on its own");
-        assert!(!sentences.moved_to(4, 3), "what moves is not the subject");
+        assert!(
+            sentences.moved_to(1, 0).is_none(),
+            "the mover is the verb's subject"
+        );
+        assert!(sentences.moved_to(2, 3).is_some(), "\"over to\"");
+        assert!(
+            sentences.moved_to(3, 2).is_some(),
+            "each sentence on its own"
+        );
+        assert!(
+            sentences.moved_to(4, 3).is_none(),
+            "what moves is not the subject"
+        );
         let mail = "From: Priya Raman <priya@acme.com>\n\nI move to Data Platform on Monday.";
         let mail = Sentences::new(mail, &mentions);
-        assert!(mail.moved_to(0, 1), "the writer's I");
+        assert!(mail.moved_to(0, 1).is_some(), "the writer's I");
+        // The move's day: a start word's, else the date the sentence writes.
+        let today = NaiveDate::from_ymd_opt(2025, 4, 10).expect("day");
+        let day = |s: &Sentences, a, b| {
+            s.moved_to(a, b)
+                .and_then(|k| s.day_of(k, today))
+                .map(|d| d.to_string())
+        };
+        assert_eq!(day(&sentences, 0, 1).as_deref(), Some("2025-05-01"));
+        assert_eq!(day(&sentences, 2, 3), None, "\"last week\" gives no day");
+        let dated = Sentences::new("Ledger Service moves to Postgres on 1 July.", &mentions);
+        assert_eq!(day(&dated, 2, 3).as_deref(), Some("2025-07-01"));
         let staying = Sentences::new("Priya Raman stays with Data Platform.", &mentions);
-        assert!(!staying.moved_to(0, 1));
+        assert!(staying.moved_to(0, 1).is_none());
     }
 
     #[test]
