@@ -305,6 +305,17 @@ mod tests {
         }
     }
 
+    /// The mentions as a run of group "g" holds them.
+    fn in_group_g(mentions: &[Mention]) -> Vec<RunMention<'_>> {
+        mentions
+            .iter()
+            .map(|mention| RunMention {
+                group_id: "g",
+                mention,
+            })
+            .collect()
+    }
+
     /// The evidence `TypeEvidence::read` would give, with `committed`
     /// nodes of group "g".
     fn evidence(mentions: &[RunMention<'_>], committed: &[(&str, &[&str], u64)]) -> TypeEvidence {
@@ -341,13 +352,7 @@ mod tests {
             mention("Lumen", &["Ticket", "Incident"], false),
             mention("Lumen", &[], false),
         ];
-        let run: Vec<RunMention> = ms
-            .iter()
-            .map(|mention| RunMention {
-                group_id: "g",
-                mention,
-            })
-            .collect();
+        let run = in_group_g(&ms);
         let chains = majority_chains(&run, &evidence(&run, &[]));
         let company = Some(vec!["Company".to_string()]);
         assert_eq!(
@@ -389,13 +394,7 @@ mod tests {
             mention("Platform Reliability", &["Company"], false),
             mention("Platform Reliability", &["Team"], true),
         ];
-        let run: Vec<RunMention> = ms
-            .iter()
-            .map(|mention| RunMention {
-                group_id: "g",
-                mention,
-            })
-            .collect();
+        let run = in_group_g(&ms);
         let chains = majority_chains(&run, &evidence(&run, &[]));
         assert_eq!(chains, vec![None; 4]);
     }
