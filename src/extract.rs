@@ -641,9 +641,7 @@ impl TypeWords {
         if !crate::text::is_code(code) {
             return None;
         }
-        let words = type_word(words);
-        let (_, kind) = self.words.iter().find(|(w, _)| *w == words)?;
-        Some((kind.as_str(), code))
+        Some((self.type_named(words)?, code))
     }
 
     /// The type whose words the text writes right before the code `code`
@@ -654,32 +652,17 @@ impl TypeWords {
     /// merge.
     fn written_before<'t>(&'t self, code: &str, text: &str) -> Option<&'t str> {
         let mut found: Option<&str> = None;
-        for (at, _) in text.match_indices(code) {
-            let next = text[at + code.len()..].chars().next();
-            if next.is_some_and(char::is_alphanumeric) {
-                continue;
-            }
-            let before = &text[..at];
-            if before
-                .chars()
-                .next_back()
-                .is_some_and(char::is_alphanumeric)
-            {
-                continue;
-            }
+        for at in crate::text::standing_alone(text, code) {
             // The type's words end right before the code: one to three
             // words, with nothing but spaces between them and it.
+            let before = &text[..at];
             if !before.ends_with(' ') {
                 continue;
             }
-            let words: Vec<&str> = crate::text::words(before).collect();
-            let kind = (1..=3.min(words.len())).find_map(|n| {
-                let phrase = type_word(&words[words.len() - n..].join(" "));
-                self.words
-                    .iter()
-                    .find(|(w, _)| *w == phrase)
-                    .map(|(_, k)| k.as_str())
-            });
+            let mut last: Vec<&str> = crate::text::words(before).rev().take(3).collect();
+            last.reverse();
+            let kind =
+                (1..=last.len()).find_map(|n| self.type_named(&last[last.len() - n..].join(" ")));
             match (found, kind) {
                 (_, None) => {}
                 (None, Some(k)) => found = Some(k),
@@ -690,12 +673,20 @@ impl TypeWords {
         found
     }
 
+    /// The entity type whose [`type_word`] `words` are, if one is.
+    fn type_named(&self, words: &str) -> Option<&str> {
+        let word = type_word(words);
+        self.words
+            .iter()
+            .find(|(w, _)| *w == word)
+            .map(|(_, kind)| kind.as_str())
+    }
+
     /// Whether `name` spells a type: as a type word, as the initials of a
     /// type of several words, or, when it is two or more words of letters,
     /// by its initials as an acronym type.
     fn spelled_by(&self, name: &str) -> bool {
-        let word = type_word(name);
-        if self.words.iter().any(|(w, _)| *w == word) {
+        if self.type_named(name).is_some() {
             return true;
         }
         let bare = name.trim().trim_end_matches(['.', 's']);
@@ -2220,6 +2211,21 @@ impl Sentence<'_> {
             || (self.first_person && self.writer == Some(x))
             || (self.we && self.org == Some(x))
     }
+
+    /// Every mention the sentence speaks of ([`Self::speaks_of`]), in
+    /// order, each once.
+    fn spoken(&self) -> Vec<usize> {
+        let mut spoken = self.named.clone();
+        if self.first_person {
+            spoken.extend(self.writer);
+        }
+        if self.we {
+            spoken.extend(self.org);
+        }
+        spoken.sort_unstable();
+        spoken.dedup();
+        spoken
+    }
 }
 
 /// The mention an e-mail header line's address names as the writer's
@@ -2375,13 +2381,7 @@ impl<'a> Sentences<'a> {
     fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
         let today = reference.date_naive();
         self.about_pair_at(a, b)
-            .find_map(|k| {
-                let text = self.sentences[k].text;
-                let earlier = refers_back(text)
-                    .then(|| self.date_before(k, today))
-                    .flatten();
-                stated_end_after(text, today, earlier)
-            })
+            .find_map(|k| self.end_in(k, today))
             .or_else(|| self.handed_over(a, b, today))
             .or_else(|| self.handed_over(b, a, today))
     }
@@ -2456,29 +2456,27 @@ impl<'a> Sentences<'a> {
     fn stated_pair_ends(&self, today: NaiveDate) -> Vec<(usize, usize, NaiveDate, &'a str)> {
         let mut out: Vec<(usize, usize, NaiveDate, &'a str)> = Vec::new();
         for (k, s) in self.sentences.iter().enumerate() {
-            let mut spoken: Vec<usize> = s.named.clone();
-            if s.first_person {
-                spoken.extend(s.writer);
-            }
-            if s.we {
-                spoken.extend(s.org);
-            }
-            spoken.sort_unstable();
-            spoken.dedup();
-            let &[a, b] = spoken.as_slice() else {
+            let &[a, b] = s.spoken().as_slice() else {
                 continue;
             };
             if out.iter().any(|&(x, y, _, _)| (x, y) == (a, b)) {
                 continue;
             }
-            let earlier = refers_back(s.text)
-                .then(|| self.date_before(k, today))
-                .flatten();
-            if let Some(day) = stated_end_after(s.text, today, earlier) {
+            if let Some(day) = self.end_in(k, today) {
                 out.push((a, b, day, s.text));
             }
         }
         out
+    }
+
+    /// The day sentence `k` says a relationship ends ([`stated_end_after`]),
+    /// its "that day" read as the last date written before it.
+    fn end_in(&self, k: usize, today: NaiveDate) -> Option<NaiveDate> {
+        let text = self.sentences[k].text;
+        let earlier = refers_back(text)
+            .then(|| self.date_before(k, today))
+            .flatten();
+        stated_end_after(text, today, earlier)
     }
 
     /// Whether the episode says `mover` moves to `to`: a sentence about

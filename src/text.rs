@@ -838,7 +838,7 @@ fn words_opening_sentences(text: &str) -> Vec<Word<'_>> {
 }
 
 /// The words of `text`: its runs of letters and digits, as written.
-pub fn words(text: &str) -> impl Iterator<Item = &str> {
+pub fn words(text: &str) -> impl DoubleEndedIterator<Item = &str> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
 }
@@ -1256,6 +1256,18 @@ pub fn is_code(word: &str) -> bool {
             .all(|c| c.is_alphanumeric() || c == '-' || c == '/' || c == '_')
 }
 
+/// Where `text` writes `word` (as written) standing alone, not joined to a
+/// letter or digit on either side (`OF-601` in "order form OF-601.", not
+/// in "OF-6012"): the byte offset of each such place.
+pub fn standing_alone<'t>(text: &'t str, word: &'t str) -> impl Iterator<Item = usize> + 't {
+    text.match_indices(word).filter_map(move |(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        (!before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric))
+            .then_some(i)
+    })
+}
+
 /// The name as the text writes it, for a name that carries a code: when
 /// `text` does not hold `name` (ignoring case) but holds exactly one of its
 /// code-like words (letters and digits, such as `OF-601` or `PO4471`) as
@@ -1266,14 +1278,7 @@ pub fn as_written(name: &str, text: &str) -> String {
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
         .filter(|w| is_code(w))
-        .filter(|w| {
-            text.match_indices(*w).any(|(i, _)| {
-                let before = text[..i].chars().next_back();
-                let after = text[i + w.len()..].chars().next();
-                !before.is_some_and(char::is_alphanumeric)
-                    && !after.is_some_and(char::is_alphanumeric)
-            })
-        })
+        .filter(|w| standing_alone(text, w).next().is_some())
         .collect();
     // Most names hold no code: the text is only lowercased for the rest.
     match codes.as_slice() {

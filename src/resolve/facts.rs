@@ -250,10 +250,7 @@ type Moment = Option<chrono::DateTime<chrono::Utc>>;
 
 impl Sweep<'_> {
     fn get(&self, r: EdgeRef) -> &EdgeRow {
-        match r {
-            EdgeRef::Committed(i) => &self.committed[i],
-            EdgeRef::New(i) => &self.new_edges[i],
-        }
+        r.row(self.new_edges, self.committed)
     }
 
     fn get_mut(&mut self, r: EdgeRef) -> &mut EdgeRow {
@@ -426,6 +423,17 @@ pub enum EdgeRef {
     New(usize),
 }
 
+impl EdgeRef {
+    /// The edge it refers to, among this run's `new_edges` and the
+    /// `committed` ones.
+    pub fn row<'e>(self, new_edges: &'e [EdgeRow], committed: &'e [EdgeRow]) -> &'e EdgeRow {
+        match self {
+            EdgeRef::Committed(i) => &committed[i],
+            EdgeRef::New(i) => &new_edges[i],
+        }
+    }
+}
+
 /// Facts the LLM should judge for contradiction: for each valid new edge
 /// outside the functional families, the other valid edges of the same
 /// source and relation family that point to another target and that
@@ -467,10 +475,7 @@ pub fn contradiction_candidates(
             .or_default()
             .push(EdgeRef::New(i));
     }
-    let get = |r: EdgeRef| match r {
-        EdgeRef::Committed(i) => &committed[i],
-        EdgeRef::New(i) => &new_edges[i],
-    };
+    let get = |r: EdgeRef| r.row(new_edges, committed);
     let mut found: Vec<(usize, Vec<EdgeRef>)> = Vec::new();
     for ((_, f), peers) in &by_source {
         if functional.contains(f) {
@@ -557,16 +562,8 @@ pub fn apply_contradictions(
     }
     for &(i, other) in pairs {
         let new_time = new_edges[i].valid_at.unwrap_or(new_edges[i].created_at);
-        let (o_time, o_valid) = match other {
-            EdgeRef::Committed(j) => (
-                committed[j].valid_at.unwrap_or(committed[j].created_at),
-                committed[j].valid_at,
-            ),
-            EdgeRef::New(j) => (
-                new_edges[j].valid_at.unwrap_or(new_edges[j].created_at),
-                new_edges[j].valid_at,
-            ),
-        };
+        let o_valid = other.row(new_edges, committed).valid_at;
+        let o_time = o_valid.unwrap_or(other.row(new_edges, committed).created_at);
         // Facts that became true at the same time cannot be ordered:
         // neither is taken for the current one, both stay valid.
         if o_time == new_time {
@@ -578,10 +575,7 @@ pub fn apply_contradictions(
             (EdgeRef::New(i), o_valid.or(Some(now)))
         };
         let (older_key, live) = {
-            let e = match older {
-                EdgeRef::Committed(j) => &committed[j],
-                EdgeRef::New(j) => &new_edges[j],
-            };
+            let e = older.row(new_edges, committed);
             (key(e), e.expired_at.is_none())
         };
         if !live {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, StringArray};
+use arrow::array::{AsArray, Int64Array, StringArray};
 use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
@@ -519,10 +519,6 @@ async fn resolve_edges(
         Vec::new()
     };
     if !open.is_empty() {
-        let text = |r: &EdgeRef| match *r {
-            EdgeRef::Committed(j) => committed_edges[j].fact.clone(),
-            EdgeRef::New(j) => edges[j].fact.clone(),
-        };
         let cases: Vec<ContradictionCase> = open
             .iter()
             .map(|(i, others)| {
@@ -532,11 +528,8 @@ async fn resolve_edges(
                         .unwrap_or_default()
                 };
                 let dated = |r: &EdgeRef| {
-                    let older = match *r {
-                        EdgeRef::Committed(j) => &committed_edges[j],
-                        EdgeRef::New(j) => &edges[j],
-                    };
-                    format!("{}{}", text(r), since(older.valid_at))
+                    let older = r.row(edges, &committed_edges);
+                    format!("{}{}", older.fact, since(older.valid_at))
                 };
                 ContradictionCase {
                     fact: format!("{}{}", e.fact, since(e.valid_at)),
@@ -766,16 +759,26 @@ async fn committed_types(
     if !edges.iter().any(|e| live(&e)) {
         return Ok(HashMap::new());
     }
+    let what = "reading the types of the committed edges' targets";
     let batches = by_node_ids(
         ctx,
         "run_targets",
         edges.iter().filter(live).map(|e| e.target_node_id.as_str()),
-        "SELECT n.* FROM nodes n LEFT SEMI JOIN run_targets t ON n.node_id = t.node_id",
-        "reading the types of the committed edges' targets",
+        "SELECT n.node_id, n.type FROM nodes n LEFT SEMI JOIN run_targets t ON n.node_id = t.node_id",
+        what,
     )
     .await?;
-    let rows: Vec<NodeRow> = rows::decode("nodes", &batches)?;
-    Ok(rows.into_iter().map(|n| (n.node_id, n.node_type)).collect())
+    let mut types = HashMap::new();
+    for b in &batches {
+        // The reader may hand out string views: cast to plain strings.
+        let ids = super::entities::strings(b.column(0)).map_err(step(what))?;
+        let kinds = super::entities::strings(b.column(1)).map_err(step(what))?;
+        let (ids, kinds) = (ids.as_string::<i32>(), kinds.as_string::<i32>());
+        for r in 0..b.num_rows() {
+            types.insert(ids.value(r).to_string(), kinds.value(r).to_string());
+        }
+    }
+    Ok(types)
 }
 
 /// Folds what this run learnt about a node into its committed row: the

@@ -357,7 +357,6 @@ impl<'a> Extraction<'a> {
         if !(spec.record_types_win || spec.majority_types) || self.mentions.is_empty() {
             return Ok((0, 0));
         }
-        // Text mentions first, in `self.mentions` order, then the records'.
         let mut group_of = vec![""; self.mentions.len()];
         for (&i, &(a, b)) in &self.mention_range {
             group_of[a..b].fill(self.all[i].group_id.as_str());
@@ -370,26 +369,14 @@ impl<'a> Extraction<'a> {
             } else {
                 vec![None; run.len()]
             };
-            if records.iter().any(Option::is_some) {
-                tracing::info!(
-                    "records named the type of {} text mentions: {:?}",
-                    records.iter().flatten().count(),
-                    record_types::summary(&run, &records)
-                );
-            }
+            log_retyped("records", &run, &records);
             (evidence, records)
         };
         let by_records = self.retype(records);
         let by_majority = if spec.majority_types {
             let run = self.run_mentions(&group_of);
             let majority = record_types::majority_chains(&run, &evidence);
-            if majority.iter().any(Option::is_some) {
-                tracing::info!(
-                    "other episodes named the type of {} text mentions: {:?}",
-                    majority.iter().flatten().count(),
-                    record_types::summary(&run, &majority)
-                );
-            }
+            log_retyped("other episodes", &run, &majority);
             drop(run);
             self.retype(majority)
         } else {
@@ -600,5 +587,17 @@ impl<'a> Extraction<'a> {
             }
         });
         failed.chain(rejected).collect()
+    }
+}
+
+/// Logs how many of the run's mentions `who` retyped, and from which type
+/// to which.
+fn log_retyped(who: &str, run: &[RunMention<'_>], chains: &[Option<Vec<String>>]) {
+    if chains.iter().any(Option::is_some) {
+        tracing::info!(
+            "{who} named the type of {} text mentions: {:?}",
+            chains.iter().flatten().count(),
+            record_types::summary(run, chains)
+        );
     }
 }
