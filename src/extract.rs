@@ -2456,6 +2456,11 @@ impl<'a> Sentences<'a> {
     fn stated_pair_ends(&self, today: NaiveDate) -> Vec<(usize, usize, NaiveDate, &'a str)> {
         let mut out: Vec<(usize, usize, NaiveDate, &'a str)> = Vec::new();
         for (k, s) in self.sentences.iter().enumerate() {
+            // A writer's "I" and "we" alone do not make a sentence about
+            // the writer and their organisation.
+            if s.named.is_empty() {
+                continue;
+            }
             let &[a, b] = s.spoken().as_slice() else {
                 continue;
             };
@@ -3826,6 +3831,10 @@ mod tests {
             vec![(1, 2, "2025-06-30".to_string())],
             "the writer's company as \"we\"; not a sentence of three mentions, nor of one"
         );
+        // Only the writer's "I" and their company's "we": no name written.
+        let own = "From: Beatrix Holm <beatrix.holm@relaywave.com>\n\nWe keep my desk open until 30 June.";
+        let own = Sentences::new(own, &mentions);
+        assert!(own.stated_pair_ends(today).is_empty());
     }
 
     #[test]
