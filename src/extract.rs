@@ -104,6 +104,24 @@ impl FactMention {
     }
 }
 
+/// An end an episode states for every relationship of one type that one
+/// of its entities has as source, with no other end named: a leaver
+/// record's last day ends the person's on-call shifts (`[[mapping.ends]]`).
+/// Resolution ends the entity's live facts of that type and its subtypes
+/// that started before `at`, whichever episodes of the run stated them,
+/// and its committed ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Withdrawal {
+    /// Episode that states it.
+    pub episode_id: String,
+    /// Index of the entity's mention in the episode's mentions.
+    pub subject: usize,
+    /// The declared edge type whose facts end, with its subtypes'.
+    pub relation_type: String,
+    /// When they end.
+    pub at: DateTime<Utc>,
+}
+
 /// Something an extraction dropped, for a `failures` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {

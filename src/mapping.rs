@@ -21,10 +21,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
-use crate::extract::{FactMention, Mention, NAME_MAX_CHARS, Rejected};
+use crate::extract::{FactMention, Mention, NAME_MAX_CHARS, Rejected, Withdrawal};
 use crate::ontology::{ENTITY_LABEL, Ontology, PropertyType};
 use crate::source::{Episode, EpisodeKind};
-use crate::spec::mapping::{EntityMapSpec, FactMapSpec, MappingSpec};
+use crate::spec::mapping::{EndMapSpec, EntityMapSpec, FactMapSpec, MappingSpec};
 use crate::stage::Stage;
 use crate::values::{check_value, coerce_text, parse_time};
 
@@ -275,6 +275,17 @@ struct FactRule {
     unless: Vec<(String, String)>,
 }
 
+/// One end rule (`[[mapping.ends]]`).
+#[derive(Debug, Clone)]
+struct EndRule {
+    /// Position of the entity rule.
+    entity: usize,
+    relation: String,
+    at: String,
+    when: Vec<(String, String)>,
+    unless: Vec<(String, String)>,
+}
+
 impl FactRule {
     /// Whether the fact is made from these fields.
     fn applies(&self, fields: &Map<String, Value>) -> bool {
@@ -292,6 +303,7 @@ pub struct Mapping {
     when: Vec<(String, String)>,
     entities: Vec<EntityRule>,
     facts: Vec<FactRule>,
+    ends: Vec<EndRule>,
 }
 
 /// Every `[[mapping]]` of a spec, checked against the ontology.
@@ -307,6 +319,8 @@ pub struct Mapped {
     pub mentions: Vec<Mention>,
     /// The facts between them.
     pub facts: Vec<FactMention>,
+    /// The ends it states for every relationship of a type one of them has.
+    pub withdrawals: Vec<Withdrawal>,
     /// Values and facts dropped, one `failures` row each.
     pub rejected: Vec<Rejected>,
 }
@@ -445,7 +459,79 @@ impl Mapping {
                 self.fact(ontology, episode, rule, &path, fields, s, t, &mut out);
             }
         }
+        for (k, rule) in self.ends.iter().enumerate() {
+            let path = format!("mapping[{}].ends[{k}] (`{}`)", self.index, rule.relation);
+            for (subject, item) in present(&at[rule.entity]) {
+                self.end(
+                    ontology, episode, rule, &path, record, item, subject, &mut out,
+                );
+            }
+        }
         Ok(out)
+    }
+
+    /// The end of `rule` for mention `subject` (read from `item` of its
+    /// list, if any), or a `failures` row saying why there is none.
+    #[allow(clippy::too_many_arguments)]
+    fn end(
+        &self,
+        ontology: &Ontology,
+        episode: &Episode,
+        rule: &EndRule,
+        path: &str,
+        record: &Map<String, Value>,
+        item: Option<Item<'_>>,
+        subject: usize,
+        out: &mut Mapped,
+    ) {
+        // A list item's own fields first, then the record's.
+        let plain_in = |f: &str| {
+            item.and_then(|i| plain(i, f).ok())
+                .or_else(|| plain(record, f).ok())
+        };
+        let holds = |(f, want): &(String, String)| plain_in(f).is_some_and(|v| &v == want);
+        if !rule.when.iter().all(holds) || rule.unless.iter().any(holds) {
+            return;
+        }
+        let entity = &out.mentions[subject];
+        // A type from a field is checked record by record.
+        let fits = ontology.edge_types.get(&rule.relation).is_some_and(|t| {
+            t.source_targets.is_empty()
+                || t.source_targets
+                    .iter()
+                    .any(|st| ontology.entity_fits(entity.type_name(), &st.source))
+        });
+        let reject = |reason: String, excerpt: String| Rejected {
+            stage: Stage::MapRecords,
+            episode_id: episode.episode_id.clone(),
+            reason,
+            excerpt,
+        };
+        if !fits {
+            let reason = format!(
+                "{path}: `{}` has no {} source; nothing ended",
+                rule.relation,
+                entity.type_name()
+            );
+            out.rejected.push(reject(reason, entity.name.clone()));
+            return;
+        }
+        let Some(text) = plain_in(&rule.at) else {
+            return;
+        };
+        match parse_time(Some(&text)) {
+            Ok(Some(at)) => out.withdrawals.push(Withdrawal {
+                episode_id: episode.episode_id.clone(),
+                subject,
+                relation_type: rule.relation.clone(),
+                at,
+            }),
+            Ok(None) => {}
+            Err(why) => out.rejected.push(reject(
+                format!("{path}: field `{}`: {why}; nothing ended", rule.at),
+                text,
+            )),
+        }
     }
 
     /// One entity of `rule` from `scope` (the record, or one item of its
@@ -723,13 +809,97 @@ fn compile_one(
             facts.push(rule);
         }
     }
+    let mut ends = Vec::new();
+    for (k, e) in spec.ends.iter().enumerate() {
+        let path = format!("{at}.ends[{k}]");
+        if let Some(rule) = compile_end(&path, e, ontology, &ids, &spec.entities, &mut issue) {
+            ends.push(rule);
+        }
+    }
     (issues.len() == before).then(|| Mapping {
         index,
         files: spec.files.clone(),
         when,
         entities: entities.into_iter().flatten().collect(),
         facts,
+        ends,
     })
+}
+
+fn compile_end(
+    path: &str,
+    e: &EndMapSpec,
+    ontology: &Ontology,
+    ids: &HashMap<&str, usize>,
+    specs: &[EntityMapSpec],
+    issue: &mut impl FnMut(String, String),
+) -> Option<EndRule> {
+    let mut ok = true;
+    let declared = ontology.edge_types.get(&e.relation);
+    if declared.is_none() {
+        issue(
+            format!("{path}.relation"),
+            format!(
+                "unknown edge type `{}` (declared: {})",
+                e.relation,
+                ontology
+                    .edge_types
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+        ok = false;
+    }
+    let entity = ids.get(e.entity.as_str()).copied();
+    if entity.is_none() {
+        issue(
+            format!("{path}.entity"),
+            format!("`{}` is not the id of an entity of this mapping", e.entity),
+        );
+        ok = false;
+    }
+    if e.at.trim().is_empty() || e.at.split('.').any(str::is_empty) {
+        issue(
+            format!("{path}.at"),
+            "must name a field (`field` or `a.b`)".into(),
+        );
+        ok = false;
+    }
+    // An entity type known now is checked now; one from a field is
+    // checked record by record.
+    let constant = entity
+        .and_then(|k| specs.get(k))
+        .and_then(|s| Template::parse(&s.entity_type).ok())
+        .and_then(|t| t.constant())
+        .filter(|t| entity_chain(ontology, t).is_ok());
+    if let (Some(t), Some(spec)) = (&constant, declared)
+        && !spec.source_targets.is_empty()
+        && !spec
+            .source_targets
+            .iter()
+            .any(|st| ontology.entity_fits(t, &st.source))
+    {
+        issue(
+            format!("{path}.relation"),
+            format!(
+                "`{}` never has a {t} as its source (its source_targets)",
+                e.relation
+            ),
+        );
+        ok = false;
+    }
+    let when = compile_when(&format!("{path}.when"), &e.when, issue);
+    let unless = compile_when(&format!("{path}.unless"), &e.unless, issue);
+    Some(EndRule {
+        entity: entity?,
+        relation: e.relation.clone(),
+        at: e.at.clone(),
+        when,
+        unless,
+    })
+    .filter(|_| ok)
 }
 
 /// Field → value conditions as text, each value checked.
@@ -1091,6 +1261,109 @@ mod tests {
             "Ada's own `since`; Bo has none and takes the record's; \
              Cy's role picks the second rule (`when`) and not the first (`unless`)"
         );
+    }
+
+    /// An ontology of people, teams and services, and a leaver mapping
+    /// with `ends` (appended to it).
+    const LEAVERS: &str = r#"
+        [ontology]
+        strict = true
+        [[ontology.entity_types]]
+        name = "Person"
+        description = "A person."
+        [[ontology.entity_types]]
+        name = "Service"
+        description = "A service."
+        [[ontology.edge_types]]
+        name = "RESPONSIBLE_FOR"
+        description = "A person answers for a service."
+        source_targets = [{ source = "Person", target = "Service" }]
+        [[ontology.edge_types]]
+        name = "ON_CALL_FOR"
+        description = "A person takes on-call shifts for a service."
+        source_targets = [{ source = "Person", target = "Service" }]
+        [ontology.edge_type_hierarchy]
+        RESPONSIBLE_FOR = { ON_CALL_FOR = {} }
+        [[mapping]]
+        [[mapping.entities]]
+        id = "person"
+        type = "Person"
+        name = "{name}"
+    "#;
+
+    #[test]
+    fn a_records_end_names_its_entity_the_type_that_ends_and_when() {
+        let (ontology, mappings) = compiled(&format!(
+            "{LEAVERS}
+            [[mapping.ends]]
+            entity = \"person\"
+            relation = \"ON_CALL_FOR\"
+            at = \"last_day\"
+            unless = {{ reason = \"retired\" }}
+            "
+        ));
+        let ends = |record: serde_json::Value| {
+            let episode = record_episode(&record);
+            let (m, record) = mappings.find(&episode).expect("applies");
+            m.apply(&ontology, &episode, &record).expect("maps")
+        };
+        let out = ends(serde_json::json!({"name": "Sofia", "last_day": "2025-05-30"}));
+        assert_eq!(out.withdrawals.len(), 1, "{out:?}");
+        let w = &out.withdrawals[0];
+        assert_eq!(out.mentions[w.subject].name, "Sofia");
+        assert_eq!(w.relation_type, "ON_CALL_FOR");
+        assert_eq!(w.at.to_rfc3339(), "2025-05-30T00:00:00+00:00");
+        let staying = ends(serde_json::json!({"name": "Sofia"}));
+        assert!(staying.withdrawals.is_empty(), "no last day, nothing ends");
+        assert!(staying.rejected.is_empty(), "{staying:?}");
+        let retired = ends(
+            serde_json::json!({"name": "Sofia", "last_day": "2025-05-30", "reason": "retired"}),
+        );
+        assert!(retired.withdrawals.is_empty(), "`unless` holds");
+        let garbled = ends(serde_json::json!({"name": "Sofia", "last_day": "soon"}));
+        assert!(garbled.withdrawals.is_empty());
+        assert!(
+            garbled.rejected[0].reason.contains("field `last_day`"),
+            "{garbled:?}"
+        );
+    }
+
+    #[test]
+    fn an_end_rule_with_an_unknown_entity_or_type_or_a_type_the_entity_never_starts_is_refused() {
+        let spec: crate::spec::PipelineSpec = toml::from_str(&format!(
+            "[source]\nurl = \"file:///tmp/in/\"\n[output]\ngraph = \"file:///tmp/g/\"\n\
+             [llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n{LEAVERS}
+            [[mapping.entities]]
+            id = \"service\"
+            type = \"Service\"
+            name = \"{{service}}\"
+            [[mapping.ends]]
+            entity = \"nobody\"
+            relation = \"ON_CALL_FOR\"
+            at = \"last_day\"
+            [[mapping.ends]]
+            entity = \"person\"
+            relation = \"LEFT\"
+            at = \"last_day\"
+            [[mapping.ends]]
+            entity = \"service\"
+            relation = \"ON_CALL_FOR\"
+            at = \"\"
+            "
+        ))
+        .expect("spec");
+        let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
+        let err = Mappings::compile(&spec.mapping, &ontology)
+            .expect_err("refused")
+            .to_string();
+        for expected in [
+            "mapping[0].ends[0].entity: `nobody` is not the id of an entity",
+            "mapping[0].ends[1].relation: unknown edge type `LEFT`",
+            "mapping[0].ends[2].relation: `ON_CALL_FOR` never has a Service as its source",
+            "mapping[0].ends[2].at: must name a field",
+        ] {
+            assert!(err.contains(expected), "missing `{expected}` in:\n{err}");
+        }
     }
 
     #[test]

@@ -603,6 +603,71 @@ pub fn apply_contradictions(
     }
 }
 
+/// An end stated for every relationship of one type (subtypes included)
+/// that one node has as source: a leaver's last day for the on-call
+/// shifts they take (`[[mapping.ends]]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Withdrawn {
+    /// The node whose relationships end.
+    pub node_id: String,
+    /// The edge type that ends, with its subtypes.
+    pub relation_type: String,
+    /// When they end.
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Ends, at the stated time, every live edge (this run's or committed) of
+/// a withdrawn node and type that started before then, by `started` (an
+/// edge it knows no start of is taken to have started before). An edge
+/// that starts at or after the end (the person back on a rotation) stays.
+/// `is_a(type, ancestor)` says whether an edge type is the withdrawn type
+/// or below it.
+pub fn apply_withdrawals(
+    new_edges: &mut [EdgeRow],
+    committed: &mut [EdgeRow],
+    withdrawn: &[Withdrawn],
+    is_a: &dyn Fn(&str, &str) -> bool,
+    started: &dyn Fn(&EdgeRow) -> Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+    out: &mut FactResolution,
+) {
+    // Indexed by node once, so a run of many ends reads each edge once.
+    let mut by_node: HashMap<&str, Vec<&Withdrawn>> = HashMap::new();
+    for w in withdrawn {
+        by_node.entry(w.node_id.as_str()).or_default().push(w);
+    }
+    let mut end = |e: &mut EdgeRow, committed: bool| {
+        if e.expired_at.is_some() || e.invalid_at.is_some() {
+            return;
+        }
+        let Some(ends) = by_node.get(e.source_node_id.as_str()) else {
+            return;
+        };
+        // The earliest end that covers the edge and comes after its start.
+        let start = started(e);
+        let until = ends
+            .iter()
+            .filter(|w| is_a(&e.relation_type, &w.relation_type))
+            .filter(|w| start.is_none_or(|v| v < w.at))
+            .map(|w| w.at)
+            .min();
+        if let Some(until) = until {
+            e.invalid_at = Some(until);
+            e.expired_at = Some(now);
+            out.invalidated += 1;
+            if committed {
+                out.changed_committed.insert(e.edge_id.clone());
+            }
+        }
+    };
+    for e in committed.iter_mut() {
+        end(e, true);
+    }
+    for e in new_edges.iter_mut() {
+        end(e, false);
+    }
+}
+
 #[cfg(test)]
 mod fact_tests {
     use super::*;
@@ -666,6 +731,67 @@ mod fact_tests {
             0.9,
             now,
         )
+    }
+
+    #[test]
+    fn a_withdrawal_ends_the_nodes_earlier_facts_of_its_type_and_subtypes_only() {
+        let at = Utc.with_ymd_and_hms(2025, 5, 30, 0, 0, 0).unwrap();
+        let mut committed = vec![edge("c", "acme", Some(2021))];
+        let mut new = vec![
+            edge("sub", "brightline", Some(2024)),
+            edge("unknown-start", "lumen", None),
+            edge("later", "northwind", Some(2026)),
+            edge("other-type", "harbour", Some(2024)),
+            edge("other-node", "acme", Some(2024)),
+            edge("ended", "vale", Some(2022)),
+        ];
+        new[0].relation_type = "CONTRACTS_FOR".into();
+        new[3].relation_type = "ON_CALL_FOR".into();
+        new[4].source_node_id = "dana".into();
+        let ended_before = Utc.with_ymd_and_hms(2023, 1, 1, 0, 0, 0).unwrap();
+        new[5].invalid_at = Some(ended_before);
+        let is_a = |t: &str, ancestor: &str| {
+            t == ancestor || (t == "CONTRACTS_FOR" && ancestor == "WORKS_FULL_TIME_FOR")
+        };
+        let withdrawn = [Withdrawn {
+            node_id: "priya".into(),
+            relation_type: "WORKS_FULL_TIME_FOR".into(),
+            at,
+        }];
+        let now = Utc::now();
+        let mut out = FactResolution::default();
+        let started = |e: &EdgeRow| e.valid_at;
+        apply_withdrawals(
+            &mut new,
+            &mut committed,
+            &withdrawn,
+            &is_a,
+            &started,
+            now,
+            &mut out,
+        );
+        assert_eq!(out.invalidated, 3, "{new:?}");
+        assert_eq!(committed[0].invalid_at, Some(at));
+        assert_eq!(committed[0].expired_at, Some(now));
+        assert!(out.changed_committed.contains("c"), "written back");
+        let ends: Vec<(&str, Option<chrono::DateTime<Utc>>)> = new
+            .iter()
+            .map(|e| (e.edge_id.as_str(), e.invalid_at))
+            .collect();
+        assert_eq!(
+            ends,
+            vec![
+                ("sub", Some(at)),
+                ("unknown-start", Some(at)),
+                ("later", None),
+                ("other-type", None),
+                ("other-node", None),
+                ("ended", Some(ended_before)),
+            ],
+            "a subtype ends, and an edge of unknown start; one that starts \
+             after the end, another type, another node's, and one that ended \
+             already keep what they had"
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@ use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
 use super::entities::{MentionKey, Resolved, identity_properties, resolve_entities};
-use super::facts::{EdgeRef, apply_contradictions, contradiction_candidates};
+use super::facts::{
+    EdgeRef, Withdrawn, apply_contradictions, apply_withdrawals, contradiction_candidates,
+};
 use super::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
 use super::{ResolveSpec, normalize_name};
 use crate::extract::{FactMention, Mention};
@@ -98,6 +100,18 @@ pub struct RunFact<'a> {
     pub target: usize,
     /// The classified fact.
     pub fact: &'a FactMention,
+    /// When its episode was written: the fact held then, whatever its
+    /// `valid_at` says.
+    pub episode_time: chrono::DateTime<Utc>,
+}
+
+/// An end stated for every relationship of a type that one of the run's
+/// mentions has ([`Withdrawal`](crate::extract::Withdrawal)).
+pub struct RunWithdrawal<'a> {
+    /// The mention whose relationships end.
+    pub subject: usize,
+    /// What ends, and when.
+    pub withdrawal: &'a crate::extract::Withdrawal,
 }
 
 /// Rows and counts of the stage.
@@ -132,6 +146,7 @@ pub async fn resolve_run(
     cx: &StageContext<'_>,
     mentions: &[RunMention<'_>],
     facts: &[RunFact<'_>],
+    withdrawals: &[RunWithdrawal<'_>],
 ) -> Result<StageOutput, ResolveError> {
     let mut out = StageOutput::default();
     let resolved = cluster_mentions(cx, mentions, &mut out).await?;
@@ -142,6 +157,14 @@ pub async fn resolve_run(
     .await?;
     let mut drafts = draft_nodes(cx, mentions, &resolved, &committed);
     let (mut edges, mut stated) = draft_edges(cx, facts, &resolved, &drafts, &mut out);
+    stated.withdrawn = withdrawals
+        .iter()
+        .map(|w| Withdrawn {
+            node_id: drafts[resolved.cluster_of[w.subject]].0.node_id.clone(),
+            relation_type: w.withdrawal.relation_type.clone(),
+            at: w.withdrawal.at,
+        })
+        .collect();
     // The text around each node in each of this run's episodes, for the
     // contradiction judge (node id, episode id → the first mention's).
     let mut contexts: HashMap<(&str, &str), &str> = HashMap::new();
@@ -352,6 +375,11 @@ struct Stated {
     /// Edges whose source the text moved to their target
     /// ([`FactMention::moved`]).
     moved: HashSet<String>,
+    /// Ends stated for every relationship of a type a node has.
+    withdrawn: Vec<Withdrawn>,
+    /// When the episode of each edge without a `valid_at` was written:
+    /// the edge held by then.
+    seen_at: HashMap<String, chrono::DateTime<Utc>>,
 }
 
 /// One edge per fact between the draft nodes of its endpoints, and what
@@ -368,6 +396,7 @@ fn draft_edges(
     let mut stated = Stated::default();
     for f in facts {
         let (s, t) = (resolved.cluster_of[f.source], resolved.cluster_of[f.target]);
+        let seen_at = f.episode_time;
         let f = f.fact;
         if s == t {
             // Both ends turned out to be one entity ("Acme Corp supplies
@@ -391,6 +420,9 @@ fn draft_edges(
         }
         if f.moved {
             stated.moved.insert(edge_id.clone());
+        }
+        if f.valid_at.is_none() {
+            stated.seen_at.insert(edge_id.clone(), seen_at);
         }
         edges.push(EdgeRow {
             edge_id,
@@ -427,7 +459,13 @@ async fn resolve_edges(
     out: &mut StageOutput,
 ) -> Result<(Vec<EdgeRow>, BTreeSet<String>), ResolveError> {
     let rs = cx.spec;
-    let mut committed_edges = committed_edges_of(cx.ctx, edges).await?;
+    // The committed edges of every node a new fact starts from or a
+    // withdrawal ends the relationships of.
+    let sources = edges
+        .iter()
+        .map(|e| e.source_node_id.as_str())
+        .chain(stated.withdrawn.iter().map(|w| w.node_id.as_str()));
+    let mut committed_edges = committed_edges_of(cx.ctx, sources).await?;
     let family = |r: &str| -> String {
         cx.ontology
             .edge_tree
@@ -500,6 +538,32 @@ async fn resolve_edges(
         apply_contradictions(edges, &mut committed_edges, &pairs, cx.now, &mut facts);
         tracing::info!(
             "moves the episodes state ended {} facts",
+            facts.invalidated - before
+        );
+    }
+    // A record's end for every relationship of a type ("last_day" of a
+    // leaver for their on-call shifts) ends those of its node that
+    // started before it, whichever episode stated them.
+    if !stated.withdrawn.is_empty() {
+        let before = facts.invalidated;
+        // An edge of unknown start held when its episode was written; a
+        // committed one is taken to have started before the end.
+        let started = |e: &EdgeRow| {
+            e.valid_at
+                .or_else(|| stated.seen_at.get(&e.edge_id).copied())
+        };
+        apply_withdrawals(
+            edges,
+            &mut committed_edges,
+            &stated.withdrawn,
+            &is_a,
+            &started,
+            cx.now,
+            &mut facts,
+        );
+        tracing::info!(
+            "{} ends stated for every relationship of a type ended {} facts",
+            stated.withdrawn.len(),
             facts.invalidated - before
         );
     }
@@ -704,21 +768,22 @@ fn node_from_mentions(
     (row, chain)
 }
 
-/// The committed edges whose source is a source of `edges`, expired ones
+/// The committed edges whose source is one of `sources`, expired ones
 /// included: a functional family's timeline needs the edges that already
 /// ended to tell a restatement of a valid edge from a new interval (a
 /// DataFusion semi-join against `edges`).
-async fn committed_edges_of(
+async fn committed_edges_of<'a>(
     ctx: &SessionContext,
-    edges: &[EdgeRow],
+    sources: impl Iterator<Item = &'a str>,
 ) -> Result<Vec<EdgeRow>, ResolveError> {
-    if edges.is_empty() {
+    let mut sources = sources.peekable();
+    if sources.peek().is_none() {
         return Ok(Vec::new());
     }
     let batches = by_node_ids(
         ctx,
         "run_sources",
-        edges.iter().map(|e| e.source_node_id.as_str()),
+        sources,
         "SELECT e.* FROM edges e LEFT SEMI JOIN run_sources s ON e.source_node_id = s.node_id",
         "reading the committed edges of the run's fact sources",
     )

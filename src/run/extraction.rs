@@ -13,12 +13,12 @@ use futures::StreamExt;
 use rayon::prelude::*;
 
 use super::{Progress, Tick};
-use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected};
+use crate::extract::{self, ExtractSpec, FactMention, Mention, Rejected, Withdrawal};
 use crate::llm::{LlmClient, LlmError};
 use crate::mapping::{Mapped, Mappings};
 use crate::ontology::Ontology;
 use crate::resolve::record_types;
-use crate::resolve::stage::{RunFact, RunMention};
+use crate::resolve::stage::{RunFact, RunMention, RunWithdrawal};
 use crate::rows::FailureRow;
 use crate::source::Episode;
 use crate::spec::ResolveSpec;
@@ -68,6 +68,13 @@ impl<'a> Documents<'a> {
     }
 }
 
+/// What resolution takes from extraction.
+pub(super) struct ForResolution<'a> {
+    pub(super) mentions: Vec<RunMention<'a>>,
+    pub(super) facts: Vec<RunFact<'a>>,
+    pub(super) withdrawals: Vec<RunWithdrawal<'a>>,
+}
+
 /// What the extraction tasks of a run share.
 struct Shared {
     ontology: Ontology,
@@ -92,6 +99,9 @@ pub(super) struct Extraction<'a> {
     facts: Vec<FactMention>,
     /// The episode of each fact.
     fact_owner: Vec<usize>,
+    /// Every end stated for all relationships of a type an entity has,
+    /// with its episode.
+    withdrawals: Vec<(usize, Withdrawal)>,
     /// Episodes whose entity or fact call failed, or whose record could not
     /// be mapped, with the stage and the reason.
     failed: HashMap<usize, (Stage, String)>,
@@ -131,6 +141,7 @@ impl<'a> Extraction<'a> {
             mention_range: HashMap::new(),
             facts: Vec::new(),
             fact_owner: Vec::new(),
+            withdrawals: Vec::new(),
             failed: HashMap::new(),
             mapped: Vec::new(),
             rejected: Vec::new(),
@@ -273,6 +284,8 @@ impl<'a> Extraction<'a> {
             self.fact_owner
                 .extend(std::iter::repeat_n(i, mapped.facts.len()));
             self.facts.extend(mapped.facts);
+            self.withdrawals
+                .extend(mapped.withdrawals.into_iter().map(|w| (i, w)));
             self.rejected.extend(mapped.rejected);
         }
     }
@@ -522,12 +535,10 @@ impl<'a> Extraction<'a> {
             .collect()
     }
 
-    /// The mentions and facts of the `succeeded` episodes, for resolution
-    /// (a fact's endpoints become indices into the mentions).
-    pub(super) fn for_resolution(
-        &self,
-        succeeded: &[usize],
-    ) -> (Vec<RunMention<'_>>, Vec<RunFact<'_>>) {
+    /// The mentions, facts and withdrawals of the `succeeded` episodes,
+    /// for resolution (a fact's endpoints and a withdrawal's entity become
+    /// indices into the mentions).
+    pub(super) fn for_resolution(&self, succeeded: &[usize]) -> ForResolution<'_> {
         let mut mentions: Vec<RunMention> = Vec::new();
         let mut index_of_mention: HashMap<usize, usize> = HashMap::new();
         for &i in succeeded {
@@ -555,10 +566,26 @@ impl<'a> Extraction<'a> {
                     source,
                     target,
                     fact: f,
+                    episode_time: self.all[*owner].reference_time,
                 });
             }
         }
-        (mentions, facts)
+        let withdrawals = self
+            .withdrawals
+            .iter()
+            .filter_map(|(owner, w)| {
+                let &(a, _) = self.mention_range.get(owner)?;
+                Some(RunWithdrawal {
+                    subject: *index_of_mention.get(&(a + w.subject))?,
+                    withdrawal: w,
+                })
+            })
+            .collect();
+        ForResolution {
+            mentions,
+            facts,
+            withdrawals,
+        }
     }
 
     /// A `failures` row for every failed episode and rejected item.

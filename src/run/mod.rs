@@ -557,7 +557,7 @@ async fn execute(
 
     let now = Utc::now();
     let succeeded = work.succeeded(&todo);
-    let (mentions, facts) = work.for_resolution(&succeeded);
+    let run = work.for_resolution(&succeeded);
     let resolution_ctx = match &job.cluster {
         Some(remote) => {
             crate::cluster::prepare_resolution(remote, tx).await?;
@@ -575,7 +575,8 @@ async fn execute(
         now,
         base_short_id: store::max_short_id(&ctx).await?,
     };
-    let resolved = crate::resolve::stage::resolve_run(&cx, &mentions, &facts).await;
+    let resolved =
+        crate::resolve::stage::resolve_run(&cx, &run.mentions, &run.facts, &run.withdrawals).await;
     if job.cluster.is_some() {
         // The scratch tables are no use once resolution has ended; a run
         // killed before this line leaves them to the next one's clean-up.

@@ -23,6 +23,12 @@
 //! target = "po"
 //! valid_at = "issued_on"
 //! invalid_at = "cancelled_on"
+//!
+//! # A leaver record's last day ends every responsibility of the person.
+//! [[mapping.ends]]
+//! entity = "person"
+//! relation = "RESPONSIBLE_FOR"
+//! at = "last_day"
 //! ```
 
 use std::collections::BTreeMap;
@@ -48,6 +54,10 @@ pub struct MappingSpec {
     /// The facts between them.
     #[serde(default)]
     pub facts: Vec<FactMapSpec>,
+    /// Ends the record states for every relationship of a kind that one
+    /// of its entities has, whichever episodes stated them.
+    #[serde(default)]
+    pub ends: Vec<EndMapSpec>,
 }
 
 /// `[[mapping.entities]]`: one entity of a record.
@@ -111,6 +121,32 @@ pub struct FactMapSpec {
     #[serde(default)]
     pub when: BTreeMap<String, toml::Value>,
     /// Field → value: the fact is not made when any field holds that value.
+    #[serde(default)]
+    pub unless: BTreeMap<String, toml::Value>,
+}
+
+/// `[[mapping.ends]]`: the record ends every live relationship of one
+/// type (subtypes included) that one of its entities is the source of,
+/// at a time a field gives: a leaver's `last_day` ends the on-call shifts
+/// and tickets the person answers for, stated by any episode of the run
+/// (chat, mail, other records) that started before that day.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndMapSpec {
+    /// `id` of the entity whose relationships end.
+    pub entity: String,
+    /// A declared edge type whose `source_targets` allow the entity as a
+    /// source: its facts and its subtypes' facts end.
+    pub relation: String,
+    /// Field holding when they end (RFC 3339, a date or a year); a
+    /// missing or null field ends nothing.
+    pub at: String,
+    /// Field → value: the end applies only when every field holds that
+    /// value.
+    #[serde(default)]
+    pub when: BTreeMap<String, toml::Value>,
+    /// Field → value: the end does not apply when any field holds that
+    /// value.
     #[serde(default)]
     pub unless: BTreeMap<String, toml::Value>,
 }

@@ -548,3 +548,130 @@ async fn a_text_mention_typed_otherwise_takes_its_records_type_before_the_fact_c
     );
     assert_eq!(edges, vec![json!({"relation_type": "SIGNED"})]);
 }
+
+/// The model's answers for the leaver test's chat lines: who is named,
+/// and who works for whom.
+fn employment_responder(req: &ChatRequestView) -> Reply {
+    let user = req.last("user").unwrap_or_default();
+    let system = req.last("system").unwrap_or_default();
+    let current = user.split("<CURRENT EPISODE").nth(1).unwrap_or(user);
+    let employs = |person: &str, company: &str| {
+        json!({"source": person, "target": company, "relation_type": "EMPLOYED_BY",
+               "fact": format!("{person} works for {company}."), "valid_at": null, "invalid_at": null})
+    };
+    if user.contains("TASK: list the named entities") {
+        let list: Vec<Value> = [
+            ("Dana Whitcombe", "Person"),
+            ("Priya Raman", "Person"),
+            ("Acme Corp", "Company"),
+            ("Brightline Systems", "Company"),
+            ("Northwind", "Company"),
+        ]
+        .into_iter()
+        .filter(|(name, _)| current.contains(name))
+        .map(|(name, t)| json!({"name": name, "type": t, "attributes": []}))
+        .collect();
+        Reply::json(&json!({ "entities": list }))
+    } else if user.contains("TASK: state every fact") {
+        let list = if current.contains("both work for Acme Corp") {
+            json!([
+                employs("Dana Whitcombe", "Acme Corp"),
+                employs("Priya Raman", "Acme Corp")
+            ])
+        } else if current.contains("consults for Northwind") {
+            json!([employs("Dana Whitcombe", "Northwind")])
+        } else if current.contains("joined Brightline Systems") {
+            json!([employs("Dana Whitcombe", "Brightline Systems")])
+        } else {
+            json!([])
+        };
+        Reply::json(&json!({ "facts": list }))
+    } else if system.contains("already classified as") {
+        let items: Vec<Value> = user
+            .split("\n[")
+            .filter_map(|b| b.trim_start_matches('[').split_once(']'))
+            .map(|(id, _)| json!({"id": id.parse::<u64>().unwrap_or(0), "subtype": "none", "attributes": []}))
+            .collect();
+        crate::common::walk_reply(items)
+    } else {
+        Reply::error(400, "unexpected prompt", "invalid_request_error", None)
+    }
+}
+
+/// A leaver record (`[[mapping.ends]]`, every EMPLOYED_BY of the person
+/// ends on the last day) ends what chat stated: the employment committed
+/// by an earlier run and one stated in the same run before the last day.
+/// A job stated after it (no start given: it held when its chat line was
+/// written), and a colleague's, stay live.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_records_end_for_every_relationship_of_a_type_ends_the_ones_chat_stated_before_it() {
+    let first = r#"{"id": "c1", "kind": "message", "reference_time": "2025-03-01T10:00:00Z", "content": "Dana Whitcombe and Priya Raman both work for Acme Corp."}
+"#;
+    let mut f = fixture_with(&[("chat.jsonl", first)], employment_responder).await;
+    // Only the record ends anything: no functional type.
+    f.spec.resolve.functional_edge_types.clear();
+    let leavers: graphloom::spec::MappingSpec = toml::from_str(
+        r#"
+        files = "hr.jsonl"
+        when = { record_type = "leaver" }
+        [[entities]]
+        id = "person"
+        type = "Person"
+        name = "{name}"
+        [[ends]]
+        entity = "person"
+        relation = "EMPLOYED_BY"
+        at = "last_day"
+        "#,
+    )
+    .expect("mapping");
+    f.spec.mapping.push(leavers);
+    run(&f).await;
+
+    std::fs::write(
+        f.source.join("hr.jsonl"),
+        r#"{"id": "h1", "kind": "json", "reference_time": "2025-03-10T18:00:00Z", "content": {"record_type": "leaver", "name": "Dana Whitcombe", "last_day": "2025-03-10"}}
+"#,
+    )
+    .expect("write");
+    std::fs::write(
+        f.source.join("more-chat.jsonl"),
+        r#"{"id": "c2", "kind": "message", "reference_time": "2025-03-05T10:00:00Z", "content": "Dana Whitcombe also consults for Northwind."}
+{"id": "c3", "kind": "message", "reference_time": "2025-03-20T10:00:00Z", "content": "Dana Whitcombe joined Brightline Systems."}
+"#,
+    )
+    .expect("write");
+    let report = run(&f).await;
+    let rows = query(
+        &f.store,
+        "SELECT s.name AS person, t.name AS company, CAST(e.invalid_at AS VARCHAR) AS ended \
+         FROM edges e JOIN nodes s ON e.source_node_id = s.node_id \
+         JOIN nodes t ON e.target_node_id = t.node_id ORDER BY person, company",
+    )
+    .await;
+    let got: Vec<(String, String, Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["person"].as_str().unwrap_or_default().to_string(),
+                r["company"].as_str().unwrap_or_default().to_string(),
+                r["ended"].clone(),
+            )
+        })
+        .collect();
+    let ended = json!("2025-03-10T00:00:00Z");
+    assert_eq!(
+        got,
+        vec![
+            ("Dana Whitcombe".into(), "Acme Corp".into(), ended.clone()),
+            (
+                "Dana Whitcombe".into(),
+                "Brightline Systems".into(),
+                Value::Null
+            ),
+            ("Dana Whitcombe".into(), "Northwind".into(), ended),
+            ("Priya Raman".into(), "Acme Corp".into(), Value::Null),
+        ]
+    );
+    assert_eq!(report.invalidated_facts, 2, "{report:?}");
+}
