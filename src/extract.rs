@@ -1715,6 +1715,32 @@ fn fits_either_way(
     }
 }
 
+/// The declared relation types whose names, without a last word that is
+/// a preposition, `text` writes as consecutive words, case and
+/// punctuation aside: ON_CALL_FOR in "my on-call shifts", OWNS in "owns".
+fn types_named(ontology: &Ontology, text: &str) -> Vec<String> {
+    const PREPOSITIONS: [&str; 8] = ["for", "to", "of", "by", "with", "in", "on", "at"];
+    let words: Vec<String> = crate::text::words(text).map(str::to_lowercase).collect();
+    ontology
+        .edge_tree
+        .iter()
+        .filter(|node| {
+            let mut phrase: Vec<String> = crate::text::words(&node.name)
+                .map(str::to_lowercase)
+                .collect();
+            if phrase.len() > 1
+                && phrase
+                    .last()
+                    .is_some_and(|w| PREPOSITIONS.contains(&w.as_str()))
+            {
+                phrase.pop();
+            }
+            !phrase.is_empty() && words.windows(phrase.len()).any(|w| w == phrase)
+        })
+        .map(|node| node.name.clone())
+        .collect()
+}
+
 /// The declared relation types whose names `texts` write as consecutive
 /// words, case and punctuation aside (ON_CALL_FOR in "no longer on-call
 /// for"), in declared order.
@@ -1967,7 +1993,10 @@ pub async fn extract_facts(
 /// model gave no fact for ([`Sentences::stated_pair_ends`]). The fact is
 /// the sentence, under the one declared type the two entities' types can
 /// be related by ([`only_relation`]; no fact where two could be), with
-/// the day as its end. Resolution then ends the live edge of that type
+/// the day as its end. A hand-over ([`Sentences::handed_over`]) states
+/// such an end for the giver and what it hands over, of the one type of
+/// relation the sentence names in words ([`types_named`]). Resolution
+/// then ends the live edge of that type
 /// between the two, or of a narrower type, as for any fact with an end;
 /// where there is none, the graph keeps that the relationship held until
 /// then. A small model leaves such a sentence out: the end of a supply or
@@ -1986,15 +2015,51 @@ fn ended_pairs(
             .iter()
             .any(|f| (f.source, f.target) == (a, b) || (f.source, f.target) == (b, a))
     };
+    let today = reference.date_naive();
+    // Each stated end with the relation it is of: the only one the two
+    // types can be related by.
+    let mut stated: Vec<(usize, usize, NaiveDate, &str, Option<(String, bool)>)> = sentences
+        .stated_pair_ends(today)
+        .into_iter()
+        .map(|(a, b, day, text)| {
+            let relation =
+                only_relation(ontology, mentions[a].type_name(), mentions[b].type_name());
+            (a, b, day, text, relation)
+        })
+        .collect();
+    // A hand-over ends the giver's relationship with what is handed over
+    // ("Sofia takes over my Harbour Gateway on-call shifts from that day",
+    // written by Tomás), which the model may state for the taker alone.
+    // What is handed over must be a relation the sentence names ("on-call"
+    // for ON_CALL_FOR): "takes over my Acme account" does not end the
+    // giver's employment at Acme.
+    for giver in 0..mentions.len() {
+        for thing in (0..mentions.len()).filter(|&t| t != giver) {
+            let pair = (giver.min(thing), giver.max(thing));
+            if stated.iter().any(|&(x, y, ..)| (x, y) == pair) {
+                continue;
+            }
+            let Some((k, day)) = sentences.handover(giver, thing, today) else {
+                continue;
+            };
+            let text = sentences.sentences[k].text;
+            let (tg, tt) = (mentions[giver].type_name(), mentions[thing].type_name());
+            let named: Vec<(String, bool)> = types_named(ontology, text)
+                .iter()
+                .filter_map(|r| fits_either_way(ontology, r, tg, tt))
+                .collect();
+            if let [(relation, turned)] = named.as_slice() {
+                stated.push((giver, thing, day, text, Some((relation.clone(), *turned))));
+            }
+        }
+    }
     let mut out = Vec::new();
-    for (a, b, day, text) in sentences.stated_pair_ends(reference.date_naive()) {
+    for (a, b, day, text, relation) in stated {
         let (ta, tb) = (&mentions[a].chain, &mentions[b].chain);
         if related(a, b) || ta.is_empty() || tb.is_empty() {
             continue;
         }
-        let Some((relation, turned)) =
-            only_relation(ontology, mentions[a].type_name(), mentions[b].type_name())
-        else {
+        let Some((relation, turned)) = relation else {
             continue;
         };
         let (source, target) = if turned { (b, a) } else { (a, b) };
@@ -2416,6 +2481,11 @@ impl<'a> Sentences<'a> {
     /// else the episode's day. Small models write such a sentence as the
     /// new holder's fact alone, or as the giver's current one.
     fn handed_over(&self, giver: usize, thing: usize, today: NaiveDate) -> Option<NaiveDate> {
+        self.handover(giver, thing, today).map(|(_, day)| day)
+    }
+
+    /// [`Self::handed_over`] with the sentence that says it, by number.
+    fn handover(&self, giver: usize, thing: usize, today: NaiveDate) -> Option<(usize, NaiveDate)> {
         self.sentences.iter().enumerate().find_map(|(k, s)| {
             if !s.named.contains(&thing) {
                 return None;
@@ -2445,7 +2515,7 @@ impl<'a> Sentences<'a> {
             if !gives {
                 return None;
             }
-            Some(self.day_of(k, today).unwrap_or(today))
+            Some((k, self.day_of(k, today).unwrap_or(today)))
         })
     }
 
@@ -3853,6 +3923,101 @@ mod tests {
         let own = "From: Beatrix Holm <beatrix.holm@relaywave.com>\n\nWe keep my desk open until 30 June.";
         let own = Sentences::new(own, &mentions);
         assert!(own.stated_pair_ends(today).is_empty());
+    }
+
+    #[test]
+    fn a_hand_over_of_a_relation_the_sentence_names_ends_the_givers_one() {
+        let onto = ontology(
+            r#"
+            [[entity_types]]
+            name = "Person"
+            description = "A person."
+            [[entity_types]]
+            name = "Company"
+            description = "A company."
+            [[entity_types]]
+            name = "Service"
+            description = "A running service."
+            [[edge_types]]
+            name = "WORKS_FOR"
+            description = "Works for a company."
+            source_targets = [{ source = "Person", target = "Company" }]
+            [[edge_types]]
+            name = "RESPONSIBLE_FOR"
+            description = "Answers for a service."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [[edge_types]]
+            name = "ON_CALL_FOR"
+            description = "Takes on-call shifts."
+            source_targets = [{ source = "Person", target = "Service" }]
+            [edge_type_hierarchy]
+            RESPONSIBLE_FOR = { ON_CALL_FOR = {} }
+            "#,
+        );
+        let mentions = [
+            mention("Tomás Ferreira", "Person"),
+            mention("Sofia Brandt", "Person"),
+            mention("Harbour Gateway", "Service"),
+            mention("Acme Corp", "Company"),
+        ];
+        let episode = crate::source::Episode {
+            episode_id: "chat".into(),
+            source_id: None,
+            group_id: "g".into(),
+            document_id: None,
+            source_uri: "file:///tmp/chat.jsonl#L1".into(),
+            source_description: None,
+            kind: crate::spec::EpisodeKind::Message,
+            content: "Tomás Ferreira: On Monday 3 March I move teams. Sofia takes over my \
+                      Harbour Gateway on-call shifts from that day, and my Acme Corp account."
+                .into(),
+            reference_time: chrono::DateTime::parse_from_rfc3339("2025-02-24T16:40:00Z")
+                .expect("time")
+                .to_utc(),
+            reference_time_source: "field".into(),
+            order: (0, 0),
+        };
+        let sentences = Sentences::new(&episode.content, &mentions);
+        let spec = ExtractSpec::default();
+        let ended = ended_pairs(&onto, &spec, &episode, &mentions, &sentences, &[]);
+        let got: Vec<(&str, &str, &str, String)> = ended
+            .iter()
+            .map(|f| {
+                (
+                    mentions[f.source].name.as_str(),
+                    f.relation_type(),
+                    mentions[f.target].name.as_str(),
+                    f.invalid_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![(
+                "Tomás Ferreira",
+                "ON_CALL_FOR",
+                "Harbour Gateway",
+                "2025-03-03T00:00:00+00:00".to_string()
+            )],
+            "the shifts the sentence names end on the day; the account is no \
+             relation it names, so Tomás's work for Acme Corp does not end"
+        );
+        // A fact the model gave about the pair is not repeated.
+        let given = FactMention {
+            episode_id: "chat".into(),
+            source: 0,
+            target: 2,
+            chain: vec!["RESPONSIBLE_FOR".into()],
+            fact: "Tomás is responsible for Harbour Gateway.".into(),
+            valid_at: None,
+            invalid_at: None,
+            mapped: false,
+            written_types: Vec::new(),
+            start_stated: false,
+            moved: false,
+        };
+        let ended = ended_pairs(&onto, &spec, &episode, &mentions, &sentences, &[given]);
+        assert!(ended.is_empty(), "{ended:?}");
     }
 
     #[test]
