@@ -1987,6 +1987,11 @@ pub async fn extract_facts(
     Ok((facts, rejected))
 }
 
+/// An end an episode states of two mentions: the two, the day, the
+/// sentence, and the relation it ends with whether it runs from the second
+/// to the first (none when no one relation is told).
+type StatedEnd<'t> = (usize, usize, NaiveDate, &'t str, Option<(String, bool)>);
+
 /// Facts of the relationships an episode says have ended ("We will keep
 /// accepting messages from your Notification Hub until 23:59 UTC on that
 /// day", written by Relaywave) between two of its mentions that the
@@ -1996,8 +2001,8 @@ pub async fn extract_facts(
 /// the day as its end. A hand-over ([`Sentences::handed_over`]) states
 /// such an end for the giver and what it hands over, of the one type of
 /// relation the sentence names in words ([`types_named`]). Resolution
-/// then ends the live edge of that type
-/// between the two, or of a narrower type, as for any fact with an end;
+/// then ends the live edge of that type between the two, or of a narrower
+/// type, as for any fact with an end;
 /// where there is none, the graph keeps that the relationship held until
 /// then. A small model leaves such a sentence out: the end of a supply or
 /// a shift is written of the relationship, not as a fact about it.
@@ -2018,7 +2023,7 @@ fn ended_pairs(
     let today = reference.date_naive();
     // Each stated end with the relation it is of: the only one the two
     // types can be related by.
-    let mut stated: Vec<(usize, usize, NaiveDate, &str, Option<(String, bool)>)> = sentences
+    let mut stated: Vec<StatedEnd<'_>> = sentences
         .stated_pair_ends(today)
         .into_iter()
         .map(|(a, b, day, text)| {
@@ -2036,7 +2041,10 @@ fn ended_pairs(
     for giver in 0..mentions.len() {
         for thing in (0..mentions.len()).filter(|&t| t != giver) {
             let pair = (giver.min(thing), giver.max(thing));
-            if stated.iter().any(|&(x, y, ..)| (x, y) == pair) {
+            if stated
+                .iter()
+                .any(|&(x, y, ..)| (x.min(y), x.max(y)) == pair)
+            {
                 continue;
             }
             let Some((k, day)) = sentences.handover(giver, thing, today) else {
