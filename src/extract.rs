@@ -691,6 +691,24 @@ impl TypeWords {
         found
     }
 
+    /// The codes `text` writes right after a type's words, each once with
+    /// that type ([`Self::written_before`]: every place that writes the
+    /// code must agree), in the order the text first writes them: "ORDER
+    /// FORM AOF-2024-031", "under purchase order PO-4590".
+    fn introduced_codes<'t>(&'t self, text: &'t str) -> Vec<(&'t str, &'t str)> {
+        let mut out: Vec<(&str, &str)> = Vec::new();
+        for word in text.split_whitespace() {
+            let code = word.trim_matches(|c: char| !c.is_alphanumeric());
+            if !crate::text::is_code(code) || out.iter().any(|(c, _)| *c == code) {
+                continue;
+            }
+            if let Some(kind) = self.written_before(code, text) {
+                out.push((code, kind));
+            }
+        }
+        out
+    }
+
     /// The entity type whose [`type_word`] `words` are, if one is.
     fn type_named(&self, words: &str) -> Option<&str> {
         let word = type_word(words);
@@ -1062,6 +1080,31 @@ pub async fn extract_entities(
             name,
             chain,
             attributes,
+            mapped: false,
+        });
+    }
+    // A code the episode introduces with a type's words is an entity of
+    // that type, listed or not: small models leave out the code a
+    // document is about when it heads the text ("ORDER FORM
+    // AOF-2024-031. Seller: Acme Corp. …"), and with it every fact about
+    // it.
+    for (code, kind) in type_words.introduced_codes(&episode.content) {
+        let normalized = normalize_name(code);
+        let chain = ontology.entity_tree.chain(kind).unwrap_or_default();
+        if seen.contains_key(&normalized)
+            || chain.is_empty()
+            || mentions.len() >= spec.max_entities_per_episode
+            || checks.not_a_name(code, &normalized, kind).is_some()
+        {
+            continue;
+        }
+        seen.insert(normalized, mentions.len());
+        mentions.push(Mention {
+            episode_id: episode.episode_id.clone(),
+            context: context_in(&chars, &lower, code, 160),
+            name: code.to_string(),
+            chain,
+            attributes: Map::new(),
             mapped: false,
         });
     }
@@ -3126,6 +3169,14 @@ mod tests {
             "not right before it"
         );
         assert_eq!(before("OF-601", "We signed OF-601."), None);
+        assert_eq!(
+            words.introduced_codes(
+                "ORDER FORM AOF-2024-031. It falls under MSA M-2024-1, not order \
+                 form X-12 or MSA X-12; see AOF-2024-031 and PO-77."
+            ),
+            [("AOF-2024-031", "OrderForm"), ("M-2024-1", "MSA")],
+            "each code once; none where two types disagree or none is written"
+        );
     }
 
     #[test]
@@ -3441,9 +3492,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_type_that_cannot_hold_its_endpoints_yields_to_the_one_its_words_write() {
-        let onto = ontology(
+    /// People, companies and services: WORKS_FOR, RESPONSIBLE_FOR with
+    /// its kind ON_CALL_FOR, OWNS (person → service) and CALLS (service →
+    /// company).
+    fn people_and_services() -> Ontology {
+        ontology(
             r#"
             [[entity_types]]
             name = "Person"
@@ -3477,7 +3530,12 @@ mod tests {
             [edge_type_hierarchy]
             RESPONSIBLE_FOR = { ON_CALL_FOR = {} }
             "#,
-        );
+        )
+    }
+
+    #[test]
+    fn a_type_that_cannot_hold_its_endpoints_yields_to_the_one_its_words_write() {
+        let onto = people_and_services();
         let written = |texts: &[&str]| types_written(&onto, texts);
         let fit = |r: &str, texts: &[&str], s: &str, t: &str| {
             fitting_relation_in(&onto, r, &written(texts), s, t)
@@ -3935,33 +3993,7 @@ mod tests {
 
     #[test]
     fn a_hand_over_of_a_relation_the_sentence_names_ends_the_givers_one() {
-        let onto = ontology(
-            r#"
-            [[entity_types]]
-            name = "Person"
-            description = "A person."
-            [[entity_types]]
-            name = "Company"
-            description = "A company."
-            [[entity_types]]
-            name = "Service"
-            description = "A running service."
-            [[edge_types]]
-            name = "WORKS_FOR"
-            description = "Works for a company."
-            source_targets = [{ source = "Person", target = "Company" }]
-            [[edge_types]]
-            name = "RESPONSIBLE_FOR"
-            description = "Answers for a service."
-            source_targets = [{ source = "Person", target = "Service" }]
-            [[edge_types]]
-            name = "ON_CALL_FOR"
-            description = "Takes on-call shifts."
-            source_targets = [{ source = "Person", target = "Service" }]
-            [edge_type_hierarchy]
-            RESPONSIBLE_FOR = { ON_CALL_FOR = {} }
-            "#,
-        );
+        let onto = people_and_services();
         let mentions = [
             mention("Tomás Ferreira", "Person"),
             mention("Sofia Brandt", "Person"),

@@ -826,6 +826,28 @@ fn compile_one(
     })
 }
 
+/// The message for a relation the ontology does not declare.
+fn unknown_edge_type(ontology: &Ontology, relation: &str) -> String {
+    let declared: Vec<&str> = ontology.edge_types.keys().map(String::as_str).collect();
+    format!(
+        "unknown edge type `{relation}` (declared: {})",
+        declared.join(", ")
+    )
+}
+
+/// The declared type of entity rule `k` when its template is a constant
+/// (a type read from a field is only known record by record). Read from
+/// the spec, so that a rule broken elsewhere (its name template) still
+/// has its facts and ends checked; unknown types were reported with the
+/// entity.
+fn constant_type(ontology: &Ontology, specs: &[EntityMapSpec], k: usize) -> Option<String> {
+    specs
+        .get(k)
+        .and_then(|e| Template::parse(&e.entity_type).ok())
+        .and_then(|t| t.constant())
+        .filter(|t| entity_chain(ontology, t).is_ok())
+}
+
 fn compile_end(
     path: &str,
     e: &EndMapSpec,
@@ -839,16 +861,7 @@ fn compile_end(
     if declared.is_none() {
         issue(
             format!("{path}.relation"),
-            format!(
-                "unknown edge type `{}` (declared: {})",
-                e.relation,
-                ontology
-                    .edge_types
-                    .keys()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            unknown_edge_type(ontology, &e.relation),
         );
         ok = false;
     }
@@ -869,11 +882,7 @@ fn compile_end(
     }
     // An entity type known now is checked now; one from a field is
     // checked record by record.
-    let constant = entity
-        .and_then(|k| specs.get(k))
-        .and_then(|s| Template::parse(&s.entity_type).ok())
-        .and_then(|t| t.constant())
-        .filter(|t| entity_chain(ontology, t).is_ok());
+    let constant = entity.and_then(|k| constant_type(ontology, specs, k));
     if let (Some(t), Some(spec)) = (&constant, declared)
         && !spec.source_targets.is_empty()
         && !spec
@@ -1026,16 +1035,7 @@ fn compile_fact(
     if chain.is_none() {
         issue(
             format!("{path}.relation"),
-            format!(
-                "unknown edge type `{}` (declared: {})",
-                f.relation,
-                ontology
-                    .edge_types
-                    .keys()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            unknown_edge_type(ontology, &f.relation),
         );
     }
     let mut end = |key: &str, id: &str| match ids.get(id) {
@@ -1073,17 +1073,10 @@ fn compile_fact(
     let (chain, source, target) = (chain?, source?, target?);
     // Endpoint types known now are checked now; a type from a field is
     // checked record by record.
-    // From the spec, so that a fact of an entity whose own rule is broken
-    // elsewhere (its name template) is still checked; unknown types were
-    // reported with the entity.
-    let constant = |k: usize| {
-        specs
-            .get(k)
-            .and_then(|e| Template::parse(&e.entity_type).ok())
-            .and_then(|t| t.constant())
-            .filter(|t| entity_chain(ontology, t).is_ok())
-    };
-    if let (Some(s), Some(t)) = (constant(source), constant(target))
+    if let (Some(s), Some(t)) = (
+        constant_type(ontology, specs, source),
+        constant_type(ontology, specs, target),
+    )
         && !ontology.edge_allows(&f.relation, &s, &t)
     {
         issue(

@@ -441,12 +441,7 @@ fn mistyping_responder(req: &ChatRequestView) -> Reply {
         Reply::json(&json!({ "facts": [{"source": "Acme Corp", "target": "PO-1",
             "relation_type": "SIGNED", "fact": "Acme Corp signed PO-1.", "valid_at": null, "invalid_at": null}] }))
     } else if system.contains("already classified as") {
-        let items: Vec<Value> = user
-            .split("\n[")
-            .filter_map(|b| b.trim_start_matches('[').split_once(']'))
-            .map(|(id, _)| json!({"id": id.parse::<u64>().unwrap_or(0), "subtype": "none", "attributes": []}))
-            .collect();
-        crate::common::walk_reply(items)
+        no_subtype_for_any(user)
     } else {
         Reply::error(400, "unexpected prompt", "invalid_request_error", None)
     }
@@ -549,6 +544,16 @@ async fn a_text_mention_typed_otherwise_takes_its_records_type_before_the_fact_c
     assert_eq!(edges, vec![json!({"relation_type": "SIGNED"})]);
 }
 
+/// A walk's answer that refines none of the items it is asked about.
+fn no_subtype_for_any(user: &str) -> Reply {
+    let items: Vec<Value> = user
+        .split("\n[")
+        .filter_map(|b| b.trim_start_matches('[').split_once(']'))
+        .map(|(id, _)| json!({"id": id.parse::<u64>().unwrap_or(0), "subtype": "none", "attributes": []}))
+        .collect();
+    crate::common::walk_reply(items)
+}
+
 /// The model's answers for the leaver test's chat lines: who is named,
 /// and who works for whom.
 fn employment_responder(req: &ChatRequestView) -> Reply {
@@ -587,12 +592,7 @@ fn employment_responder(req: &ChatRequestView) -> Reply {
         };
         Reply::json(&json!({ "facts": list }))
     } else if system.contains("already classified as") {
-        let items: Vec<Value> = user
-            .split("\n[")
-            .filter_map(|b| b.trim_start_matches('[').split_once(']'))
-            .map(|(id, _)| json!({"id": id.parse::<u64>().unwrap_or(0), "subtype": "none", "attributes": []}))
-            .collect();
-        crate::common::walk_reply(items)
+        no_subtype_for_any(user)
     } else {
         Reply::error(400, "unexpected prompt", "invalid_request_error", None)
     }
