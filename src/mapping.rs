@@ -1076,8 +1076,7 @@ fn compile_fact(
     if let (Some(s), Some(t)) = (
         constant_type(ontology, specs, source),
         constant_type(ontology, specs, target),
-    )
-        && !ontology.edge_allows(&f.relation, &s, &t)
+    ) && !ontology.edge_allows(&f.relation, &s, &t)
     {
         issue(
             format!("{path}.relation"),
