@@ -642,7 +642,16 @@ pub fn common_noun(name: &str, texts: &[Written<'_>]) -> bool {
     // Seen in lower case: anywhere, and as words of their own.
     let (mut lower, mut lower_words) = (false, false);
     let mut opens_capitalised = false;
-    for window in texts.iter().flat_map(|t| t.occurrences(&wanted)) {
+    for (t, at, window) in texts
+        .iter()
+        .flat_map(|t| t.occurrences_at(&wanted).map(move |(at, w)| (t, at, w)))
+    {
+        // One word capitalised as the last of a longer name ("since
+        // Payments Engineering took it over") is that name's head noun:
+        // it says nothing of the word alone (`engineering@tidewell.io`).
+        if wanted.len() == 1 && t.ends_a_longer_name(at) {
+            continue;
+        }
         let named = window
             .iter()
             .enumerate()
@@ -756,12 +765,41 @@ impl<'a> Written<'a> {
     /// Every run of words that spells `wanted` (words in lower case),
     /// case ignored.
     fn occurrences<'w>(&'w self, wanted: &'w [String]) -> impl Iterator<Item = &'w [Word<'a>]> {
-        self.words.windows(wanted.len()).filter(move |window| {
-            window
-                .iter()
-                .zip(wanted)
-                .all(|(w, want)| w.text.to_lowercase() == *want)
-        })
+        self.occurrences_at(wanted).map(|(_, window)| window)
+    }
+
+    /// [`Self::occurrences`], each with the index of its first word.
+    fn occurrences_at<'w>(
+        &'w self,
+        wanted: &'w [String],
+    ) -> impl Iterator<Item = (usize, &'w [Word<'a>])> {
+        self.words
+            .windows(wanted.len())
+            .enumerate()
+            .filter(move |(_, window)| {
+                window
+                    .iter()
+                    .zip(wanted)
+                    .all(|(w, want)| w.text.to_lowercase() == *want)
+            })
+    }
+
+    /// Whether word `at` is capitalised and follows, with one space
+    /// between, a capitalised plain word that opens no sentence: the last
+    /// word of a longer name ("Payments Engineering"), not "Dear Maya".
+    fn ends_a_longer_name(&self, at: usize) -> bool {
+        let capitalised = |w: &Word<'_>| w.text.starts_with(char::is_uppercase);
+        let (Some(prev), Some(word)) = (
+            at.checked_sub(1).map(|p| &self.words[p]),
+            self.words.get(at),
+        ) else {
+            return false;
+        };
+        capitalised(word)
+            && capitalised(prev)
+            && prev.plain
+            && !prev.opens
+            && self.text[prev.at + prev.text.len()..word.at] == *" "
     }
 }
 
@@ -1817,6 +1855,19 @@ mod tests {
             &["a twelve-month subscription"]
         ));
         assert!(!noun("Northwind", text));
+        // Capitalised only as the last word of a longer name, and written
+        // in lower case in an address: the longer name's head noun. After
+        // a word that opens the line it is a name.
+        let mail = &["To: engineering@tidewell.io\n\nSince Payments Engineering took it over."][..];
+        assert!(noun("engineering", mail));
+        assert!(!noun(
+            "Engineering",
+            &["Since Payments Engineering took it over."]
+        ));
+        assert!(!noun(
+            "Maya",
+            &["To: maya@tidewell.io\n\nDear Maya, thanks."]
+        ));
     }
 
     #[test]
