@@ -1122,14 +1122,19 @@ mod tests {
         assert_eq!(err.field, "vendor");
     }
 
-    /// The ontology and mappings of a spec's `[ontology]` and
-    /// `[[mapping]]` tables (`body`), under a fixed source, output and LLM.
-    fn compiled(body: &str) -> (Ontology, Mappings) {
-        let spec: crate::spec::PipelineSpec = toml::from_str(&format!(
+    /// A spec of `[ontology]` and `[[mapping]]` tables (`body`), under a
+    /// fixed source, output and LLM.
+    fn spec_of(body: &str) -> crate::spec::PipelineSpec {
+        toml::from_str(&format!(
             "[source]\nurl = \"file:///tmp/in/\"\n[output]\ngraph = \"file:///tmp/g/\"\n\
              [llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n{body}"
         ))
-        .expect("spec");
+        .expect("spec")
+    }
+
+    /// The ontology and mappings of [`spec_of`]`(body)`.
+    fn compiled(body: &str) -> (Ontology, Mappings) {
+        let spec = spec_of(body);
         let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
         let mappings = Mappings::compile(&spec.mapping, &ontology).expect("compiles");
         (ontology, mappings)
@@ -1255,8 +1260,8 @@ mod tests {
         );
     }
 
-    /// An ontology of people, teams and services, and a leaver mapping
-    /// with `ends` (appended to it).
+    /// An ontology of people and services, and a leaver mapping to which
+    /// `[[mapping.ends]]` are appended.
     const LEAVERS: &str = r#"
         [ontology]
         strict = true
@@ -1322,9 +1327,8 @@ mod tests {
 
     #[test]
     fn an_end_rule_with_an_unknown_entity_or_type_or_a_type_the_entity_never_starts_is_refused() {
-        let spec: crate::spec::PipelineSpec = toml::from_str(&format!(
-            "[source]\nurl = \"file:///tmp/in/\"\n[output]\ngraph = \"file:///tmp/g/\"\n\
-             [llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"none\"\n{LEAVERS}
+        let spec = spec_of(&format!(
+            "{LEAVERS}
             [[mapping.entities]]
             id = \"service\"
             type = \"Service\"
@@ -1342,8 +1346,7 @@ mod tests {
             relation = \"ON_CALL_FOR\"
             at = \"\"
             "
-        ))
-        .expect("spec");
+        ));
         let ontology = Ontology::try_from(&spec.ontology).expect("ontology");
         let err = Mappings::compile(&spec.mapping, &ontology)
             .expect_err("refused")
