@@ -112,8 +112,6 @@ impl FactMention {
 /// and its committed ones.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Withdrawal {
-    /// Episode that states it.
-    pub episode_id: String,
     /// Index of the entity's mention in the episode's mentions.
     pub subject: usize,
     /// The declared edge type whose facts end, with its subtypes'.
@@ -2132,7 +2130,7 @@ fn ended_pairs(
                 .collect::<Vec<_>>()
                 .join(" ")
                 .chars()
-                .take(200)
+                .take(FACT_MAX_CHARS)
                 .collect(),
             valid_at,
             invalid_at,

@@ -521,7 +521,6 @@ impl Mapping {
         };
         match parse_time(Some(&text)) {
             Ok(Some(at)) => out.withdrawals.push(Withdrawal {
-                episode_id: episode.episode_id.clone(),
                 subject,
                 relation_type: rule.relation.clone(),
                 at,

@@ -21,6 +21,25 @@ pub struct FactResolution {
     pub folds: Vec<(String, String)>,
 }
 
+impl FactResolution {
+    /// Ends the live edge `e` at `until`, learnt `now`, and counts it; a
+    /// committed edge is marked to be written back.
+    fn end_edge(
+        &mut self,
+        e: &mut EdgeRow,
+        until: Moment,
+        now: chrono::DateTime<chrono::Utc>,
+        committed: bool,
+    ) {
+        e.invalid_at = until;
+        e.expired_at = Some(now);
+        self.invalidated += 1;
+        if committed {
+            self.changed_committed.insert(e.edge_id.clone());
+        }
+    }
+}
+
 /// Resolves this run's edges against each other and against the committed
 /// edges of the same source nodes (`committed`: all of them, expired ones
 /// included, since a history is needed to place a fact in time).
@@ -593,12 +612,7 @@ pub fn apply_contradictions(
             if e.expired_at.is_some() || e.invalid_at.is_some() || started_after {
                 continue;
             }
-            e.invalid_at = until;
-            e.expired_at = Some(now);
-            out.invalidated += 1;
-            if let EdgeRef::Committed(_) = r {
-                out.changed_committed.insert(e.edge_id.clone());
-            }
+            out.end_edge(e, until, now, matches!(r, EdgeRef::Committed(_)));
         }
     }
 }
@@ -651,13 +665,8 @@ pub fn apply_withdrawals(
             .filter(|w| start.is_none_or(|v| v < w.at))
             .map(|w| w.at)
             .min();
-        if let Some(until) = until {
-            e.invalid_at = Some(until);
-            e.expired_at = Some(now);
-            out.invalidated += 1;
-            if committed {
-                out.changed_committed.insert(e.edge_id.clone());
-            }
+        if until.is_some() {
+            out.end_edge(e, until, now, committed);
         }
     };
     for e in committed.iter_mut() {

@@ -72,10 +72,7 @@ impl TypeEvidence {
         spec: &ResolveSpec,
         mentions: &[RunMention<'_>],
     ) -> Result<Self, DataFusionError> {
-        let folded: Vec<String> = mentions
-            .iter()
-            .map(|m| fold_suffixes(&normalize_name(&m.mention.name), &spec.corporate_suffixes))
-            .collect();
+        let folded = Self::fold(spec, mentions);
         let names: BTreeSet<&str> = (0..mentions.len())
             .filter(|&i| !mentions[i].mention.mapped && !folded[i].is_empty())
             .map(|i| folded[i].as_str())
@@ -87,6 +84,14 @@ impl TypeEvidence {
             }
         }
         Ok(TypeEvidence { folded, committed })
+    }
+
+    /// Each mention's name folded as name resolution folds it.
+    fn fold(spec: &ResolveSpec, mentions: &[RunMention<'_>]) -> Vec<String> {
+        mentions
+            .iter()
+            .map(|m| fold_suffixes(&normalize_name(&m.mention.name), &spec.corporate_suffixes))
+            .collect()
     }
 
     /// The committed nodes of `group` named `folded`.
@@ -332,10 +337,7 @@ mod tests {
                 });
         }
         TypeEvidence {
-            folded: mentions
-                .iter()
-                .map(|m| fold_suffixes(&normalize_name(&m.mention.name), &spec.corporate_suffixes))
-                .collect(),
+            folded: TypeEvidence::fold(&spec, mentions),
             committed: by_name,
         }
     }

@@ -366,8 +366,9 @@ fn draft_nodes(
         .collect()
 }
 
-/// What the episodes stated of the new edges beyond their rows, by edge
-/// id: which may end older facts.
+/// What the episodes stated beyond the new edges' rows, which may end
+/// older facts: marks on new edges (by edge id), and ends stated for
+/// every relationship of a type a node has.
 #[derive(Debug, Default)]
 struct Stated {
     /// Edges whose start was stated ([`FactMention::start_stated`]).
