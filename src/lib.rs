@@ -19,7 +19,8 @@
 //! [`run`] and [`add`] orchestrate the commands that write a graph;
 //! [`eval`] scores one, [`export`] copies its snapshot as plain Parquet.
 //! Leaves shared by all: [`stage`] (stage names), [`rows`] (table rows),
-//! [`text`] (name normalisation), [`scratch`] (DataFusion scratch tables),
+//! [`text`] (name normalisation), [`cues`] (every rule that reads English
+//! wording, by name), [`scratch`] (DataFusion scratch tables),
 //! [`objstore`] (URLs and object store clients), [`portable`] (functions
 //! that carry their settings) and [`values`] (property values and fact
 //! times).
@@ -30,6 +31,7 @@ pub mod bench;
 pub mod classify;
 pub mod cluster;
 pub mod communities;
+pub mod cues;
 pub mod eval;
 pub mod export;
 pub mod extract;
