@@ -17,19 +17,49 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: scripts/demo.sh [--all]" >&2; exit 2 ;;
 esac
-scripts/setup.sh
+# Only what the demo needs: the linker .cargo/config.toml names, the binary
+# and the local model. The test-only tools (moto, Azurite, GraphRAG,
+# Chromium) are scripts/test.sh's business (scripts/setup.sh).
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+if ! command -v mold >/dev/null 2>&1; then
+  echo "demo: installing mold (the linker .cargo/config.toml names)" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mold >/dev/null
+fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/graphloom-target}"
 mkdir -p "$CARGO_TARGET_DIR" 2>/dev/null || export CARGO_TARGET_DIR="$HOME/.cache/graphloom-target"
-cargo build --quiet
 bin="$CARGO_TARGET_DIR/debug/graphloom"
 model="${GRAPHLOOM_DEMO_MODEL:-1.5b}"
 
-scripts/local-llm.sh setup --model "$model"
+# The build and the model setup (llama.cpp's build, the model download) run
+# side by side: on a fresh machine each takes minutes.
+build_log="$CARGO_TARGET_DIR/demo-build.log"
+echo "demo: building graphloom in the background (log: $build_log)" >&2
+cargo build --quiet >"$build_log" 2>&1 &
+build_pid=$!
+# Ctrl-C or a failed setup stops the build too.
+trap 'kill "$build_pid" 2>/dev/null || true' EXIT
+llm_ok=0
+scripts/local-llm.sh setup --model "$model" || llm_ok=$?
+build_ok=0
+wait "$build_pid" || build_ok=$?
+trap - EXIT
+if [ "$build_ok" != 0 ]; then
+  tail -n 40 "$build_log" >&2
+  echo "demo: error: cargo build failed (exit $build_ok); full log: $build_log" >&2
+fi
+if [ "$llm_ok" != 0 ]; then
+  echo "demo: error: scripts/local-llm.sh setup --model $model failed (exit $llm_ok); see its messages above" >&2
+fi
+[ "$build_ok" = 0 ] && [ "$llm_ok" = 0 ] || exit 1
+cat "$build_log" >&2
+
 if ! scripts/local-llm.sh status >/dev/null 2>&1; then
   # Two threads: nothing else runs during the demo. Sixteen slots: the
   # pipeline keeps sixteen calls in flight, decoded together as one
   # batch; on two cores llama.cpp writes ~42 tokens/s in total across 16
-  # slots against ~28 across 4 (README "Quality", 2026-12-06).
+  # slots against ~28 across 4 (docs/quality.md, "Example pipeline
+  # settings").
   scripts/local-llm.sh start --model "$model" --threads 2 --parallel 16
   trap 'scripts/local-llm.sh stop --chat' EXIT
 fi
