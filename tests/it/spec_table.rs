@@ -13,8 +13,8 @@ use serde_json::Value;
 /// `key → default cell` of each row of the key table in docs/spec.md; a
 /// row naming two keys (`a` / `b`) with two defaults gives both.
 fn readme_table() -> BTreeMap<String, String> {
-    let doc = std::fs::read_to_string(crate::common::repo().join("docs/spec.md"))
-        .expect("docs/spec.md");
+    let doc =
+        std::fs::read_to_string(crate::common::repo().join("docs/spec.md")).expect("docs/spec.md");
     let section = doc
         .split("\n## Every key\n")
         .nth(1)
@@ -122,7 +122,9 @@ fn the_readme_spec_table_lists_every_key_with_the_spec_default() {
             _ => written == *actual,
         };
         if !same {
-            wrong.push(format!("{key}: docs/spec.md says {cell}, the spec has {actual}"));
+            wrong.push(format!(
+                "{key}: docs/spec.md says {cell}, the spec has {actual}"
+            ));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -156,7 +158,10 @@ fn the_readme_minimal_spec_is_pipelines_minimal_toml_and_checks() {
         file,
         "the README's minimal spec and pipelines/minimal.toml differ"
     );
-    assert!(file.lines().count() <= 30, "the minimal spec grew past 30 lines");
+    assert!(
+        file.lines().count() <= 30,
+        "the minimal spec grew past 30 lines"
+    );
 
     let spec = PipelineSpec::from_path(&path).expect("the minimal spec parses");
     let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology)
@@ -166,7 +171,10 @@ fn the_readme_minimal_spec_is_pipelines_minimal_toml_and_checks() {
     // parent label matches.
     let labels = |t: &str| ontology.labels_for(t).expect("a declared type");
     assert_eq!(labels("Company"), ["Entity", "Organization", "Company"]);
-    assert_eq!(labels("University"), ["Entity", "Organization", "University"]);
+    assert_eq!(
+        labels("University"),
+        ["Entity", "Organization", "University"]
+    );
     assert_eq!(ontology.edge_types.len(), 1);
 
     // Its episodes: JSON Lines records with content, under source.url.
