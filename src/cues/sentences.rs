@@ -236,7 +236,12 @@ impl<'a> Sentences<'a> {
     /// end behind; a sentence that also names a third entity ("Priya's
     /// contract with Acme ended in February and she joined Brightline")
     /// may be about another relationship and is not read.
-    pub(crate) fn pair_end(&self, a: usize, b: usize, reference: DateTime<Utc>) -> Option<NaiveDate> {
+    pub(crate) fn pair_end(
+        &self,
+        a: usize,
+        b: usize,
+        reference: DateTime<Utc>,
+    ) -> Option<NaiveDate> {
         let today = reference.date_naive();
         self.about_pair_at(a, b)
             .find_map(|k| self.end_in(k, today))
@@ -255,12 +260,22 @@ impl<'a> Sentences<'a> {
     /// "that day" or "then", the last date the episode wrote before it;
     /// else the episode's day. Small models write such a sentence as the
     /// new holder's fact alone, or as the giver's current one.
-    pub(crate) fn handed_over(&self, giver: usize, thing: usize, today: NaiveDate) -> Option<NaiveDate> {
+    pub(crate) fn handed_over(
+        &self,
+        giver: usize,
+        thing: usize,
+        today: NaiveDate,
+    ) -> Option<NaiveDate> {
         self.handover(giver, thing, today).map(|(_, day)| day)
     }
 
     /// [`Self::handed_over`] with the sentence that says it, by number.
-    pub(crate) fn handover(&self, giver: usize, thing: usize, today: NaiveDate) -> Option<(usize, NaiveDate)> {
+    pub(crate) fn handover(
+        &self,
+        giver: usize,
+        thing: usize,
+        today: NaiveDate,
+    ) -> Option<(usize, NaiveDate)> {
         self.sentences.iter().enumerate().find_map(|(k, s)| {
             if !s.named.contains(&thing) {
                 return None;
@@ -313,7 +328,10 @@ impl<'a> Sentences<'a> {
     /// ([`stated_end_after`], "that day" read back as in
     /// [`Self::pair_end`]) and the sentence: the first such sentence of
     /// each pair, in episode order, the pair's lower number first.
-    pub(crate) fn stated_pair_ends(&self, today: NaiveDate) -> Vec<(usize, usize, NaiveDate, &'a str)> {
+    pub(crate) fn stated_pair_ends(
+        &self,
+        today: NaiveDate,
+    ) -> Vec<(usize, usize, NaiveDate, &'a str)> {
         let mut out: Vec<(usize, usize, NaiveDate, &'a str)> = Vec::new();
         for (k, s) in self.sentences.iter().enumerate() {
             // A writer's "I" and "we" alone do not make a sentence about
@@ -430,12 +448,7 @@ mod tests {
 
     #[test]
     fn a_pair_is_stated_by_a_sentence_naming_both_or_by_its_writer_in_the_first_person() {
-        let mentions = [
-            "Dana Whitcombe",
-            "Acme Corp",
-            "Priya Raman",
-            "PO-1",
-        ];
+        let mentions = ["Dana Whitcombe", "Acme Corp", "Priya Raman", "PO-1"];
         let stated = |content: &str, a, b| Sentences::new(content, &mentions).pair_stated(a, b);
         let chat =
             "Dana Whitcombe: Legal sent over the new Acme contract. Priya is leaving Acme Corp.";
@@ -473,11 +486,7 @@ mod tests {
     #[test]
     fn a_start_is_read_from_the_episodes_sentence_about_the_pair_alone() {
         let today = NaiveDate::from_ymd_opt(2025, 6, 10).expect("day");
-        let mentions = [
-            "Notification Hub",
-            "Skylark Messaging",
-            "Relaywave",
-        ];
+        let mentions = ["Notification Hub", "Skylark Messaging", "Relaywave"];
         let text = "Target state. From 1 July 2025 Notification Hub sends every SMS through \
                     Skylark Messaging. It costs 15% less than Relaywave from 1 May.";
         let sentences = Sentences::new(text, &mentions);
@@ -618,12 +627,7 @@ mod tests {
         let reference = parse_time(Some("2025-03-31T17:05:00Z"))
             .expect("time")
             .expect("some");
-        let mentions = [
-            "Hamid Castellanos",
-            "Tidewell",
-            "Arjun Raghunathan",
-            "Acme",
-        ];
+        let mentions = ["Hamid Castellanos", "Tidewell", "Arjun Raghunathan", "Acme"];
         let end = |content: &str, a, b| {
             Sentences::new(content, &mentions)
                 .pair_end(a, b, reference)

@@ -162,9 +162,7 @@ impl<'a> Found<'a> {
         match self.type_words.type_and_code(&name) {
             Some((kind, code)) => (code.to_string(), tree.chain(kind)),
             None if crate::text::is_code(&name) => {
-                let kind = self
-                    .type_words
-                    .written_before(&name, &self.episode.content);
+                let kind = self.type_words.written_before(&name, &self.episode.content);
                 let chain = kind.and_then(|k| tree.chain(k));
                 (name, chain)
             }
@@ -234,9 +232,7 @@ impl<'a> Found<'a> {
         let (attributes, ungrounded) = chain
             .last()
             .and_then(|t| self.ontology.entity_types.get(t))
-            .map(|t| {
-                typed_attributes(&self.spec.properties.of(t), &e.attributes.pairs(), evidence)
-            })
+            .map(|t| typed_attributes(&self.spec.properties.of(t), &e.attributes.pairs(), evidence))
             .unwrap_or_default();
         self.rejected
             .extend(ungrounded.into_iter().map(|reason| Rejected {

@@ -81,7 +81,14 @@ pub async fn extract_facts(
         }
     }
     if reading.record.is_none() {
-        let ended = ended_pairs(ontology, spec, episode, mentions, &reading.sentences, &facts);
+        let ended = ended_pairs(
+            ontology,
+            spec,
+            episode,
+            mentions,
+            &reading.sentences,
+            &facts,
+        );
         facts.extend(ended);
     }
     Ok((facts, rejected))
@@ -147,8 +154,7 @@ impl<'a> Reading<'a> {
         let mut texts = vec![label.as_str(), text];
         texts.extend(self.sentences.about_pair(s, t));
         let written_types = types_written(self.ontology, &texts);
-        let (relation, swap, kept_as) =
-            self.fitted(f, &relation, &written_types, (st, tt))?;
+        let (relation, swap, kept_as) = self.fitted(f, &relation, &written_types, (st, tt))?;
         let (s, t) = if swap { (t, s) } else { (s, t) };
         let chain = self
             .ontology
@@ -270,13 +276,12 @@ impl<'a> Reading<'a> {
             } else {
                 format!("`{relation}` is no declared type")
             };
-            let how = if written_types.contains(&fitted)
-                && !ontology.edge_tree.is_a(relation, &fitted)
-            {
-                ", which the episode writes"
-            } else {
-                ""
-            };
+            let how =
+                if written_types.contains(&fitted) && !ontology.edge_tree.is_a(relation, &fitted) {
+                    ", which the episode writes"
+                } else {
+                    ""
+                };
             kept_as = Some(format!("{why}; kept as {fitted}{how}"));
         }
         Ok((fitted, swap, kept_as))

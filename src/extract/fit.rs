@@ -181,11 +181,7 @@ pub(super) fn types_named(ontology: &Ontology, text: &str) -> Vec<String> {
             let mut phrase: Vec<String> = crate::text::words(&node.name)
                 .map(str::to_lowercase)
                 .collect();
-            if phrase.len() > 1
-                && phrase
-                    .last()
-                    .is_some_and(|w| is_preposition(w))
-            {
+            if phrase.len() > 1 && phrase.last().is_some_and(|w| is_preposition(w)) {
                 phrase.pop();
             }
             !phrase.is_empty() && words.windows(phrase.len()).any(|w| w == phrase)

@@ -31,6 +31,7 @@ mod reply;
 mod tests;
 mod times;
 
+pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 pub use entities::extract_entities;
 pub use evidence::{Evidence, context_of, typed_attributes};
 pub use facts::extract_facts;
@@ -40,7 +41,6 @@ pub use fit::{
 };
 pub use prompt::{Prompts, attributes_schema, describe_edge_type, describe_type, value_schema};
 pub use reply::{AttributeOut, AttributesOut, entity_reply_bound, fact_reply_bound};
-pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 
 /// Version of the extraction prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "extract-v3";

@@ -53,7 +53,11 @@ pub fn describe_edge_type(name: &str, t: &EdgeTypeSpec) -> String {
     format!("- {name}{allowed}: {}", t.description.trim())
 }
 
-pub(super) fn episode_block(episode: &Episode, context: &[&Episode], context_chars: usize) -> String {
+pub(super) fn episode_block(
+    episode: &Episode,
+    context: &[&Episode],
+    context_chars: usize,
+) -> String {
     let mut out = String::new();
     if !context.is_empty() {
         out.push_str("<PREVIOUS EPISODES>\n");
@@ -331,7 +335,11 @@ pub(super) fn fact_task(ontology: &Ontology, spec: &ExtractSpec, by_source: bool
 /// mentions whose types fit that pair, so a schema-constrained decoder can
 /// only name a declared type for endpoints it allows; and one branch for a
 /// free lowercase relation between any two mentions.
-pub(super) fn fact_item_schema(ontology: &Ontology, spec: &ExtractSpec, mentions: &[Mention]) -> Value {
+pub(super) fn fact_item_schema(
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    mentions: &[Mention],
+) -> Value {
     json!({"anyOf": fact_branches(ontology, spec, mentions, None)})
 }
 

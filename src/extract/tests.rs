@@ -195,8 +195,7 @@ fn an_identity_value_belongs_to_the_name_written_nearest_to_it() {
         episode_id: "e".into(),
         name: name.into(),
         chain: vec!["Person".into()],
-        attributes: serde_json::from_value(json!({"email": email, "role": "buyer"}))
-            .expect("map"),
+        attributes: serde_json::from_value(json!({"email": email, "role": "buyer"})).expect("map"),
         context: String::new(),
         mapped: false,
     };
@@ -860,9 +859,8 @@ fn a_property_value_is_kept_only_when_the_text_writes_it() {
             pattern: None,
         },
     ];
-    let evidence = Evidence::of(
-        "Dana (Dana.Whitcombe@Northwind.test) signed on 1 March for USD 1,250.50.",
-    );
+    let evidence =
+        Evidence::of("Dana (Dana.Whitcombe@Northwind.test) signed on 1 March for USD 1,250.50.");
     let given = |pairs: &[(&str, &str)]| -> Vec<AttributeOut> {
         pairs
             .iter()
