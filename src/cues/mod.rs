@@ -7,6 +7,9 @@
 //! rule in one list and a later spec key can switch one off by name. The
 //! stages call the rules through this module. It imports no stage: it is
 //! a leaf, like [`crate::text`] (which keeps normalisation and hashing).
+//! A rule that needs the ontology or a stage's types takes plain data
+//! from its caller (names, description texts, word sets): extraction
+//! hands [`sentences::Sentences`] its mentions' names, not the mentions.
 //!
 //! Each submodule holds the rules of one kind; every rule in it has a
 //! registry entry naming that submodule (`tests/it/architecture.rs`
