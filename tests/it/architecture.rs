@@ -500,29 +500,28 @@ fn segments_after(code: &str, prefix: &str) -> Vec<String> {
 /// (`mod.rs`, or `x.rs` beside `x/`), `path` the folder's path from the
 /// crate (`crate::llm::`).
 ///
-/// The rule: a file imports a sibling when it names `super::sibling`,
-/// `crate::folder::sibling` or (in the folder's own file) `self::sibling`
-/// or `sibling::` in code other than its `pub use` re-exports. A name the
-/// own file re-exports (`pub use b::X`) stands for its source: `super::X`
-/// is an edge to `b`, and no edge when it comes from outside the folder.
-/// A name the own file defines itself (`fn in_task`) is an edge to the own
-/// file. Re-exports are aliases, not code, so they add no edge of the own
-/// file: counting them would make every `super::X` of a file the own file
-/// re-exports from a false circle.
+/// The rule: the nodes are the sibling files, not the own file, and a
+/// file imports a sibling when it names `super::sibling` or
+/// `crate::folder::sibling` (a sibling's `self::x` names its own children,
+/// so only the own file's `self::` could name a sibling). A name the own
+/// file re-exports (`pub use b::X`) stands for its source: `super::X` is
+/// an edge to `b`, and no edge when it comes from outside the folder. The
+/// own file is no node: it is the siblings' parent, whose code may use its
+/// children and be used by them (that pairing is the module tree, not an
+/// import between siblings), and its re-exports are aliases, not code;
+/// counting them as edges of the own file would make a false circle of
+/// every `super::X` of a file the own file re-exports from.
 fn folder_graph(
     files: &BTreeMap<String, String>,
     own: &str,
     path: &str,
 ) -> BTreeMap<String, BTreeSet<String>> {
     let own_code = files.get(own).map(String::as_str).unwrap_or("");
-    // The own file's re-exports, name → source module, and its code
-    // without them.
+    // The own file's re-exports, name → source module.
     let mut exported: BTreeMap<String, String> = BTreeMap::new();
     let mut glob_from: Vec<String> = Vec::new();
-    let mut own_rest = String::new();
     let mut rest = own_code;
     while let Some(k) = rest.find("pub use ") {
-        own_rest.push_str(&rest[..k]);
         let stmt_end = rest[k..].find(';').map_or(rest.len(), |e| k + e + 1);
         let stmt = &rest[k + "pub use ".len()..stmt_end - 1];
         let stmt = stmt.trim().strip_prefix("self::").unwrap_or(stmt.trim());
@@ -540,39 +539,25 @@ fn folder_graph(
         }
         rest = &rest[stmt_end..];
     }
-    own_rest.push_str(rest);
-    let defines = |name: &str| {
-        [
-            "fn ", "struct ", "enum ", "const ", "static ", "type ", "trait ",
-        ]
-        .iter()
-        .any(|kw| own_rest.contains(&format!("{kw}{name}")))
-    };
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (module, code) in files {
+        if module == own {
+            continue;
+        }
         let set = graph.entry(module.clone()).or_default();
         let mut names = segments_after(code, path);
-        if module == own {
-            names.extend(segments_after(&own_rest, "self::"));
-            for sibling in files.keys() {
-                if !segments_after(&own_rest, &format!("{sibling}::")).is_empty() {
-                    names.push(sibling.clone());
-                }
-            }
-        } else {
-            names.extend(segments_after(code, "super::"));
-        }
+        names.extend(segments_after(code, "super::"));
         for name in names {
-            let target = if files.contains_key(&name) {
+            let target = if name == own {
+                None
+            } else if files.contains_key(&name) {
                 Some(name)
             } else if let Some(source) = exported.get(&name) {
                 files.contains_key(source).then(|| source.clone())
-            } else if defines(&name) {
-                Some(own.to_string())
             } else {
                 glob_from.iter().find(|g| files.contains_key(*g)).cloned()
             };
-            if let Some(t) = target.filter(|t| t != module) {
+            if let Some(t) = target.filter(|t| t != module && t != own) {
                 set.insert(t);
             }
         }
@@ -687,16 +672,14 @@ fn the_circle_rule_sees_sibling_imports_and_resolves_re_exports() {
     ]);
     let graph = folder_graph(&ok, "mod", "crate::x::");
     assert_eq!(graph["a"], BTreeSet::from(["b".to_string()]));
-    assert!(graph["b"].is_empty() && graph["mod"].is_empty());
+    assert!(graph["b"].is_empty() && !graph.contains_key("mod"));
     assert!(circles(&graph).is_empty());
-    // What the own file defines is an edge to it; its code naming a
-    // sibling is an edge back.
+    // The own file is the parent, no sibling: a child using what it
+    // defines, and it using the child, is no circle.
     let own = files(&[
         ("mod", "pub mod a;\npub fn in_task() { a::run(); }\n"),
         ("a", "fn run() { super::in_task(); }\n"),
     ]);
-    assert_eq!(
-        circles(&folder_graph(&own, "mod", "crate::x::")),
-        vec!["a → mod → a"]
-    );
+    let graph = folder_graph(&own, "mod", "crate::x::");
+    assert!(graph["a"].is_empty() && circles(&graph).is_empty());
 }
