@@ -237,6 +237,17 @@ fn entity(name: &str, kind: &str, attributes: &[(&str, String)]) -> Value {
     json!({"name": name, "type": kind, "attributes": attributes})
 }
 
+/// The fact that `person` works for `company`.
+fn works_for(person: &Person, company: &Company, valid_at: Option<&str>) -> Value {
+    fact(
+        &person.name,
+        &company.name,
+        "EMPLOYED_BY",
+        format!("{} works for {}.", person.name, company.name),
+        valid_at,
+    )
+}
+
 fn fact(source: &str, target: &str, relation: &str, text: String, valid_at: Option<&str>) -> Value {
     json!({
         "source": source,
@@ -432,13 +443,7 @@ impl<'w> Order<'w> {
                     format!("{} signed {po}.", pb.name),
                     Some(ref_time),
                 ),
-                fact(
-                    &pb.name,
-                    &cb.name,
-                    "EMPLOYED_BY",
-                    format!("{} works for {}.", pb.name, cb.name),
-                    None,
-                ),
+                works_for(pb, cb, None),
             ],
         )
     }
@@ -479,13 +484,7 @@ impl<'w> Order<'w> {
                     format!("{} confirmed {po}.", cs.name),
                     Some(ref_time),
                 ),
-                fact(
-                    &ps.name,
-                    &cs.name,
-                    "EMPLOYED_BY",
-                    format!("{} works for {}.", ps.name, cs.name),
-                    None,
-                ),
+                works_for(ps, cs, None),
             ],
         )
     }
@@ -512,13 +511,7 @@ impl<'w> Order<'w> {
                 entity(po, "Contract", &[]),
             ],
             vec![
-                fact(
-                    &ps.name,
-                    &cs.name,
-                    "EMPLOYED_BY",
-                    format!("{} works for {}.", ps.name, cs.name),
-                    None,
-                ),
+                works_for(ps, cs, None),
                 fact(
                     &buyer_inc,
                     po,
@@ -562,13 +555,7 @@ impl<'w> Order<'w> {
                     &[("domain", company.domain.clone())],
                 ),
             ],
-            vec![fact(
-                &person.name,
-                &company.name,
-                "EMPLOYED_BY",
-                format!("{} works for {}.", person.name, company.name),
-                Some(&date),
-            )],
+            vec![works_for(person, company, Some(&date))],
         )
     }
 }

@@ -30,33 +30,22 @@ fn code_of(text: &str) -> String {
 /// Module → the crate modules its files name (`crate::x` paths).
 fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read src") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let rel = path.strip_prefix(src).expect("under src");
-            let first = rel.iter().next().expect("a component").to_string_lossy();
-            let module = first.trim_end_matches(".rs").to_string();
-            if module == "lib" || module == "main" || module == "cli" {
-                continue;
-            }
-            let code = code_of(&std::fs::read_to_string(&path).expect("read file"));
-            let set = out.entry(module.clone()).or_default();
-            for (i, _) in code.match_indices("crate::") {
-                let name: String = code[i + "crate::".len()..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() && name != module {
-                    set.insert(name);
-                }
+    for path in rust_files(src) {
+        let rel = path.strip_prefix(src).expect("under src");
+        let first = rel.iter().next().expect("a component").to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" || module == "cli" {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(&path).expect("read file"));
+        let set = out.entry(module.clone()).or_default();
+        for (i, _) in code.match_indices("crate::") {
+            let name: String = code[i + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && name != module {
+                set.insert(name);
             }
         }
     }
@@ -311,9 +300,7 @@ fn sizes(text: &str) -> (usize, Vec<(String, usize, usize)>) {
         } else {
             open
         };
-        for l in line_at[at]..=line_at[end] {
-            counted[l] = false;
-        }
+        counted[line_at[at]..=line_at[end]].fill(false);
     }
     let file = counted.iter().filter(|c| **c).count();
     let mut functions = Vec::new();
