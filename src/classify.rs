@@ -239,31 +239,68 @@ fn by_position(reply: ClassifyReply, n: usize) -> Vec<Option<ItemOut>> {
     out
 }
 
-/// Runs the entity subtype walk over `mentions` in place.
-pub async fn walk_entities(
+/// What differs between the entity and the edge subtype walks: the items,
+/// which of them wait under which parent, the request for a batch and
+/// what an answer does to its item. [`walk`] is the loop they share.
+trait Walk {
+    /// A mention or a fact.
+    type Item;
+    /// The stage of the calls and the rejections.
+    const STAGE: Stage;
+    /// The item in a failure's reason ("entity", "fact").
+    const NOUN: &'static str;
+
+    /// The items waiting for a call, by the parent type they are asked
+    /// about, in item order; may stop items that need no call.
+    fn waiting(&self, items: &[Self::Item], stopped: &mut [bool]) -> BTreeMap<String, Vec<usize>>;
+
+    /// The request and reply schema for `batch`.
+    fn request(&self, batch: &Batch, items: &[Self::Item]) -> (ChatRequest, Value);
+
+    /// The subtypes of `parent`.
+    fn children(&self, parent: &str) -> Vec<String>;
+
+    /// The episode of an item and its excerpt in rejections.
+    fn noted(item: &Self::Item) -> (String, String);
+
+    /// Moves `item` to the answered subtype (one of `parent`'s children);
+    /// false when the item stays where it is.
+    fn take(
+        &self,
+        item: &mut Self::Item,
+        answer: ItemOut,
+        parent: &str,
+        rejected: &mut Vec<Rejected>,
+    ) -> bool;
+}
+
+/// A rejection of `item` for `reason`.
+fn rejection<W: Walk>(item: &W::Item, reason: String) -> Rejected {
+    let (episode_id, excerpt) = W::noted(item);
+    Rejected {
+        stage: W::STAGE,
+        episode_id,
+        reason,
+        excerpt,
+    }
+}
+
+/// The subtype walk: level by level, every waiting item is asked about in
+/// batches until no item waits.
+async fn walk<W: Walk>(
     client: &Arc<LlmClient>,
-    ontology: &Ontology,
+    w: &W,
     spec: &ExtractSpec,
     concurrency: usize,
-    mentions: &mut [Mention],
+    items: &mut [W::Item],
 ) -> (WalkStats, Vec<Rejected>) {
     let mut stats = WalkStats::default();
     let mut rejected = Vec::new();
-    let mut stopped = vec![false; mentions.len()];
-    let mut refined = vec![false; mentions.len()];
-    let mut cap = vec![spec.classify_batch_size.max(1); mentions.len()];
+    let mut stopped = vec![false; items.len()];
+    let mut refined = vec![false; items.len()];
+    let mut cap = vec![spec.classify_batch_size.max(1); items.len()];
     loop {
-        let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, m) in mentions.iter().enumerate() {
-            let Some(last) = m.chain.last() else { continue };
-            let has_children = ontology
-                .entity_tree
-                .get(last)
-                .is_some_and(|n| !n.children.is_empty());
-            if has_children && !stopped[i] {
-                waiting.entry(last.clone()).or_default().push(i);
-            }
-        }
+        let waiting = w.waiting(items, &mut stopped);
         if waiting.is_empty() {
             break;
         }
@@ -271,15 +308,14 @@ pub async fn walk_entities(
         let requests: Vec<(Batch, ChatRequest, Value)> = work
             .into_iter()
             .map(|b| {
-                let (req, schema) = entity_request(ontology, spec, &b, mentions);
+                let (req, schema) = w.request(&b, items);
                 (b, req, schema)
             })
             .collect();
         let replies = send(client, concurrency, requests).await;
         for (batch, reply) in replies {
             stats.calls += 1;
-            let node = ontology.entity_tree.get(&batch.parent);
-            let children: Vec<String> = node.map(|n| n.children.clone()).unwrap_or_default();
+            let children = w.children(&batch.parent);
             let reply = match reply {
                 Ok(r) => r,
                 // Batch mode: the answer comes in a later round, which
@@ -294,15 +330,13 @@ pub async fn walk_entities(
                 Err(e) => {
                     let i = batch.members[0];
                     stopped[i] = true;
-                    rejected.push(Rejected {
-                        stage: Stage::ClassifyEntities,
-                        episode_id: mentions[i].episode_id.clone(),
-                        reason: format!(
-                            "subtype classification under `{}` failed for this entity alone; it stays at `{}`: {e}",
-                            batch.parent, batch.parent
-                        ),
-                        excerpt: mentions[i].name.clone(),
-                    });
+                    let reason = format!(
+                        "subtype classification under `{}` failed for this {} alone; it stays at `{}`: {e}",
+                        batch.parent,
+                        W::NOUN,
+                        batch.parent
+                    );
+                    rejected.push(rejection::<W>(&items[i], reason));
                     continue;
                 }
             };
@@ -315,12 +349,8 @@ pub async fn walk_entities(
                 let Some(item) = answer else {
                     if !ask_again_after_skip(&batch, i, &mut cap) {
                         stopped[i] = true;
-                        rejected.push(Rejected {
-                            stage: Stage::ClassifyEntities,
-                            episode_id: mentions[i].episode_id.clone(),
-                            reason: skipped_alone(&batch.parent, &dropped),
-                            excerpt: mentions[i].name.clone(),
-                        });
+                        let reason = skipped_alone(&batch.parent, &dropped);
+                        rejected.push(rejection::<W>(&items[i], reason));
                     }
                     continue;
                 };
@@ -328,37 +358,198 @@ pub async fn walk_entities(
                     stopped[i] = true;
                     continue;
                 }
-                let props = ontology
-                    .entity_types
-                    .get(&item.subtype)
-                    .map(|t| spec.properties.of(t))
-                    .unwrap_or_default();
-                // Properties of the new last type replace the parent's.
-                // Grounded in what the walk showed: the name and its context
-                // (a code named by its value, PO-1, grounds itself).
-                let evidence =
-                    Evidence::of(&format!("{}\n{}", mentions[i].name, mentions[i].context));
-                let (mut attributes, ungrounded) =
-                    typed_attributes(&props, &item.attributes.pairs(), &evidence);
-                rejected.extend(ungrounded.into_iter().map(|reason| Rejected {
-                    stage: Stage::ClassifyEntities,
-                    episode_id: mentions[i].episode_id.clone(),
-                    reason,
-                    excerpt: mentions[i].name.clone(),
-                }));
-                for (k, v) in &mentions[i].attributes {
-                    if props.iter().any(|p| &p.name == k) {
-                        attributes.entry(k.clone()).or_insert(v.clone());
-                    }
+                if w.take(&mut items[i], item, &batch.parent, &mut rejected) {
+                    refined[i] = true;
+                } else {
+                    stopped[i] = true;
                 }
-                mentions[i].chain.push(item.subtype);
-                mentions[i].attributes = attributes;
-                refined[i] = true;
             }
         }
     }
     stats.refined = refined.iter().filter(|r| **r).count();
     (stats, rejected)
+}
+
+/// The entity subtype walk.
+struct EntityWalk<'a> {
+    ontology: &'a Ontology,
+    spec: &'a ExtractSpec,
+}
+
+impl Walk for EntityWalk<'_> {
+    type Item = Mention;
+    const STAGE: Stage = Stage::ClassifyEntities;
+    const NOUN: &'static str = "entity";
+
+    fn waiting(&self, mentions: &[Mention], stopped: &mut [bool]) -> BTreeMap<String, Vec<usize>> {
+        let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, m) in mentions.iter().enumerate() {
+            let Some(last) = m.chain.last() else { continue };
+            let has_children = self
+                .ontology
+                .entity_tree
+                .get(last)
+                .is_some_and(|n| !n.children.is_empty());
+            if has_children && !stopped[i] {
+                waiting.entry(last.clone()).or_default().push(i);
+            }
+        }
+        waiting
+    }
+
+    fn request(&self, batch: &Batch, mentions: &[Mention]) -> (ChatRequest, Value) {
+        entity_request(self.ontology, self.spec, batch, mentions)
+    }
+
+    fn children(&self, parent: &str) -> Vec<String> {
+        let node = self.ontology.entity_tree.get(parent);
+        node.map(|n| n.children.clone()).unwrap_or_default()
+    }
+
+    fn noted(m: &Mention) -> (String, String) {
+        (m.episode_id.clone(), m.name.clone())
+    }
+
+    fn take(
+        &self,
+        m: &mut Mention,
+        item: ItemOut,
+        _parent: &str,
+        rejected: &mut Vec<Rejected>,
+    ) -> bool {
+        let props = self
+            .ontology
+            .entity_types
+            .get(&item.subtype)
+            .map(|t| self.spec.properties.of(t))
+            .unwrap_or_default();
+        // Properties of the new last type replace the parent's.
+        // Grounded in what the walk showed: the name and its context
+        // (a code named by its value, PO-1, grounds itself).
+        let evidence = Evidence::of(&format!("{}\n{}", m.name, m.context));
+        let (mut attributes, ungrounded) =
+            typed_attributes(&props, &item.attributes.pairs(), &evidence);
+        rejected.extend(
+            ungrounded
+                .into_iter()
+                .map(|reason| rejection::<Self>(m, reason)),
+        );
+        for (k, v) in &m.attributes {
+            if props.iter().any(|p| &p.name == k) {
+                attributes.entry(k.clone()).or_insert(v.clone());
+            }
+        }
+        m.chain.push(item.subtype);
+        m.attributes = attributes;
+        true
+    }
+}
+
+/// Runs the entity subtype walk over `mentions` in place.
+pub async fn walk_entities(
+    client: &Arc<LlmClient>,
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    concurrency: usize,
+    mentions: &mut [Mention],
+) -> (WalkStats, Vec<Rejected>) {
+    let w = EntityWalk { ontology, spec };
+    walk(client, &w, spec, concurrency, mentions).await
+}
+
+/// The edge subtype walk.
+struct FactWalk<'a> {
+    ontology: &'a Ontology,
+    spec: &'a ExtractSpec,
+    endpoint_types: &'a dyn Fn(&FactMention) -> (String, String),
+}
+
+impl Walk for FactWalk<'_> {
+    type Item = FactMention;
+    const STAGE: Stage = Stage::ClassifyFacts;
+    const NOUN: &'static str = "fact";
+
+    fn waiting(&self, facts: &[FactMention], stopped: &mut [bool]) -> BTreeMap<String, Vec<usize>> {
+        let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, f) in facts.iter().enumerate() {
+            if stopped[i] {
+                continue;
+            }
+            let Some(node) = self.ontology.edge_tree.get(f.relation_type()) else {
+                continue;
+            };
+            if node.children.is_empty() {
+                continue;
+            }
+            let (st, tt) = (self.endpoint_types)(f);
+            // Only subtypes whose own source_targets allow this fact count;
+            // with none, the fact stays at its type without a call.
+            if node
+                .children
+                .iter()
+                .any(|c| self.ontology.edge_allows(c, &st, &tt))
+            {
+                waiting.entry(node.name.clone()).or_default().push(i);
+            } else {
+                stopped[i] = true;
+            }
+        }
+        waiting
+    }
+
+    fn request(&self, batch: &Batch, facts: &[FactMention]) -> (ChatRequest, Value) {
+        fact_request(self.ontology, self.spec, batch, facts, self.endpoint_types)
+    }
+
+    fn children(&self, parent: &str) -> Vec<String> {
+        self.ontology
+            .edge_tree
+            .get(parent)
+            .map(|n| n.children.clone())
+            .unwrap_or_default()
+    }
+
+    fn noted(f: &FactMention) -> (String, String) {
+        (f.episode_id.clone(), f.fact.clone())
+    }
+
+    fn take(
+        &self,
+        f: &mut FactMention,
+        item: ItemOut,
+        parent: &str,
+        rejected: &mut Vec<Rejected>,
+    ) -> bool {
+        let (st, tt) = (self.endpoint_types)(f);
+        if !self.ontology.edge_allows(&item.subtype, &st, &tt) {
+            let reason = format!(
+                "subtype `{}` does not allow {st} → {tt} (subtypes do not inherit source_targets); the fact stays `{}`",
+                item.subtype, parent
+            );
+            rejected.push(rejection::<Self>(f, reason));
+            return false;
+        }
+        f.chain.push(item.subtype);
+        true
+    }
+}
+
+/// Runs the edge subtype walk over `facts` in place; `mentions` gives each
+/// fact's endpoints (by episode).
+pub async fn walk_facts(
+    client: &Arc<LlmClient>,
+    ontology: &Ontology,
+    spec: &ExtractSpec,
+    concurrency: usize,
+    facts: &mut [FactMention],
+    endpoint_types: &dyn Fn(&FactMention) -> (String, String),
+) -> (WalkStats, Vec<Rejected>) {
+    let w = FactWalk {
+        ontology,
+        spec,
+        endpoint_types,
+    };
+    walk(client, &w, spec, concurrency, facts).await
 }
 
 fn entity_request(
@@ -423,136 +614,6 @@ fn entity_request(
         },
         reply_schema(&subtypes, most_properties > 0, batch.members.len()),
     )
-}
-
-/// Runs the edge subtype walk over `facts` in place; `mentions` gives each
-/// fact's endpoints (by episode).
-pub async fn walk_facts(
-    client: &Arc<LlmClient>,
-    ontology: &Ontology,
-    spec: &ExtractSpec,
-    concurrency: usize,
-    facts: &mut [FactMention],
-    endpoint_types: &dyn Fn(&FactMention) -> (String, String),
-) -> (WalkStats, Vec<Rejected>) {
-    let mut stats = WalkStats::default();
-    let mut rejected = Vec::new();
-    let mut stopped = vec![false; facts.len()];
-    let mut refined = vec![false; facts.len()];
-    let mut cap = vec![spec.classify_batch_size.max(1); facts.len()];
-    loop {
-        let mut waiting: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, f) in facts.iter().enumerate() {
-            if stopped[i] {
-                continue;
-            }
-            let Some(node) = ontology.edge_tree.get(f.relation_type()) else {
-                continue;
-            };
-            if node.children.is_empty() {
-                continue;
-            }
-            let (st, tt) = endpoint_types(f);
-            // Only subtypes whose own source_targets allow this fact count;
-            // with none, the fact stays at its type without a call.
-            if node
-                .children
-                .iter()
-                .any(|c| ontology.edge_allows(c, &st, &tt))
-            {
-                waiting.entry(node.name.clone()).or_default().push(i);
-            } else {
-                stopped[i] = true;
-            }
-        }
-        if waiting.is_empty() {
-            break;
-        }
-        let work = batches(&waiting, &cap);
-        let requests: Vec<(Batch, ChatRequest, Value)> = work
-            .into_iter()
-            .map(|b| {
-                let (req, schema) = fact_request(ontology, spec, &b, facts, endpoint_types);
-                (b, req, schema)
-            })
-            .collect();
-        let replies = send(client, concurrency, requests).await;
-        for (batch, reply) in replies {
-            stats.calls += 1;
-            let reply = match reply {
-                Ok(r) => r,
-                // Batch mode: the answer comes in a later round, which
-                // asks these items again; nothing to conclude now.
-                Err(e) if e.is_deferred() => {
-                    for &i in &batch.members {
-                        stopped[i] = true;
-                    }
-                    continue;
-                }
-                Err(_) if split_after_failure(&batch, &mut cap) => continue,
-                Err(e) => {
-                    let i = batch.members[0];
-                    stopped[i] = true;
-                    rejected.push(Rejected {
-                        stage: Stage::ClassifyFacts,
-                        episode_id: facts[i].episode_id.clone(),
-                        reason: format!(
-                            "subtype classification under `{}` failed for this fact alone; it stays at `{}`: {e}",
-                            batch.parent, batch.parent
-                        ),
-                        excerpt: facts[i].fact.clone(),
-                    });
-                    continue;
-                }
-            };
-            let children = ontology
-                .edge_tree
-                .get(&batch.parent)
-                .map(|n| n.children.clone())
-                .unwrap_or_default();
-            let (reply, dropped) = reply;
-            for (pos, answer) in by_position(reply, batch.members.len())
-                .into_iter()
-                .enumerate()
-            {
-                let i = batch.members[pos];
-                let Some(item) = answer else {
-                    if !ask_again_after_skip(&batch, i, &mut cap) {
-                        stopped[i] = true;
-                        rejected.push(Rejected {
-                            stage: Stage::ClassifyFacts,
-                            episode_id: facts[i].episode_id.clone(),
-                            reason: skipped_alone(&batch.parent, &dropped),
-                            excerpt: facts[i].fact.clone(),
-                        });
-                    }
-                    continue;
-                };
-                if item.subtype == NONE || !children.contains(&item.subtype) {
-                    stopped[i] = true;
-                    continue;
-                }
-                let (st, tt) = endpoint_types(&facts[i]);
-                if !ontology.edge_allows(&item.subtype, &st, &tt) {
-                    stopped[i] = true;
-                    rejected.push(Rejected {
-                        stage: Stage::ClassifyFacts,
-                        episode_id: facts[i].episode_id.clone(),
-                        reason: format!(
-                            "subtype `{}` does not allow {st} → {tt} (subtypes do not inherit source_targets); the fact stays `{}`",
-                            item.subtype, batch.parent
-                        ),
-                        excerpt: facts[i].fact.clone(),
-                    });
-                    continue;
-                }
-                facts[i].chain.push(item.subtype);
-                refined[i] = true;
-            }
-        }
-    }
-    stats.refined = refined.iter().filter(|r| **r).count();
-    (stats, rejected)
 }
 
 fn fact_request(

@@ -174,6 +174,65 @@ pub async fn register_batches(
     Ok(())
 }
 
+/// Runs `sql` and keeps its result as the scratch table `name` (kept like
+/// [`register_batches`] keeps its tables), its batches spread over the
+/// session's partitions for parallel work.
+pub async fn materialize(
+    ctx: &SessionContext,
+    name: &str,
+    sql: &str,
+) -> Result<(), DataFusionError> {
+    materialize_inner(ctx, name, sql)
+        .await
+        .map_err(|e| e.context(format!("building the scratch table {name}")))
+}
+
+/// Plans and runs `sql`, returning its schema and rows. At trace level
+/// (`RUST_LOG=graphloom=trace`) it logs the executed plan with each
+/// operator's metrics (rows, time), which is where a slow step shows why.
+pub async fn run_sql(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<(SchemaRef, Vec<RecordBatch>), DataFusionError> {
+    let frame = ctx.sql(sql).await?;
+    let schema = Arc::clone(frame.schema().inner());
+    let plan = frame.create_physical_plan().await?;
+    let batches = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    if tracing::enabled!(tracing::Level::TRACE) {
+        let shown = datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+            plan.as_ref(),
+        )
+        .indent(true);
+        tracing::trace!("executed plan:\n{shown}");
+    }
+    Ok((schema, batches))
+}
+
+/// Registers `batch` as the scratch table `name`, sliced over the
+/// session's partitions for parallel work.
+pub async fn register_partitioned(
+    ctx: &SessionContext,
+    name: &str,
+    batch: RecordBatch,
+) -> Result<(), DataFusionError> {
+    let parts = ctx.state().config().target_partitions().max(1);
+    let size = batch.num_rows().div_ceil(parts).max(1);
+    let slices = (0..batch.num_rows())
+        .step_by(size)
+        .map(|offset| batch.slice(offset, size.min(batch.num_rows() - offset)))
+        .collect();
+    register_batches(ctx, name, batch.schema(), slices).await
+}
+
+async fn materialize_inner(
+    ctx: &SessionContext,
+    name: &str,
+    sql: &str,
+) -> Result<(), DataFusionError> {
+    let (schema, batches) = run_sql(ctx, sql).await?;
+    register_batches(ctx, name, schema, batches).await
+}
+
 #[cfg(test)]
 mod compaction_tests {
     use super::*;

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use super::resolution::BenchError;
 use crate::resolve::ResolveSpec;
-use crate::resolve::entities::{MentionKey, Target};
+use crate::resolve::mentions::{MentionKey, Target};
 
 /// Settings of `graphloom bench neighbours`.
 #[derive(Debug, Clone)]

@@ -237,6 +237,17 @@ fn entity(name: &str, kind: &str, attributes: &[(&str, String)]) -> Value {
     json!({"name": name, "type": kind, "attributes": attributes})
 }
 
+/// The fact that `person` works for `company`.
+fn works_for(person: &Person, company: &Company, valid_at: Option<&str>) -> Value {
+    fact(
+        &person.name,
+        &company.name,
+        "EMPLOYED_BY",
+        format!("{} works for {}.", person.name, company.name),
+        valid_at,
+    )
+}
+
 fn fact(source: &str, target: &str, relation: &str, text: String, valid_at: Option<&str>) -> Value {
     json!({
         "source": source,
@@ -266,201 +277,25 @@ fn generate(episodes: usize, seed: u64) -> Archive {
         .with_ymd_and_hms(2024, 1, 1, 8, 0, 0)
         .single()
         .unwrap_or_default();
-    let people = world.people.len();
     let mut lines = Vec::with_capacity(episodes);
     let mut answers = HashMap::with_capacity(episodes);
     for i in 0..episodes {
         let thread = i / 4;
-        let era = usize::from(i >= episodes / 2);
         let at = start + Days::minutes(7 * i as i64);
-        let day = |d: i64| (at + Days::days(d)).format("%Y-%m-%d").to_string();
         let mut rng = StdRng::seed_from_u64(mix(seed ^ 0x7d, thread as u64));
-        // Buyers are people p with p % 10 < 3 (home companies), sellers
-        // the others.
-        let buyer = (rng.random_range(0..people.div_ceil(10)) * 10 + rng.random_range(0..3))
-            .min(people - 1);
-        let mut seller = rng.random_range(0..people);
-        if seller % 10 < 3 {
-            seller = (seller - seller % 10 + 3).min(people - 1);
-        }
-        let b = world.employer(buyer, era);
-        let s = world.employer(seller, era);
-        let (pb, ps) = (&world.people[buyer], &world.people[seller]);
-        let (cb, cs) = (&world.companies[b], &world.companies[s]);
-        let po = format!("PO-{}", 100_000 + thread);
-        let product = PRODUCTS[rng.random_range(0..PRODUCTS.len())];
-        let qty: u32 = rng.random_range(5..500);
-        let amount = qty as u64 * rng.random_range(20..2_000u64);
-        let ref_time = at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let order = Order::draw(&world, &mut rng, thread, usize::from(i >= episodes / 2), at);
         let (content, entities, facts) = match i % 4 {
-            0 => (
-                format!(
-                    "From: {} <{}>\nTo: {} <{}>\nSubject: Purchase order {po}\n\nHi {},\n\n{} issues purchase order {po} to {} for {qty} {product} at {amount} USD. Please confirm delivery by {}.\n\nThanks,\n{}",
-                    pb.name,
-                    world.email(buyer, b),
-                    ps.name,
-                    world.email(seller, s),
-                    ps.first,
-                    cb.name,
-                    cs.name,
-                    day(14),
-                    pb.first
-                ),
-                vec![
-                    entity(&pb.name, "Person", &[("email", world.email(buyer, b))]),
-                    entity(&ps.name, "Person", &[("email", world.email(seller, s))]),
-                    entity(&cb.name, "Company", &[("domain", cb.domain.clone())]),
-                    entity(&cs.name, "Company", &[("domain", cs.domain.clone())]),
-                    entity(&po, "Contract", &[("details", format!("{qty} {product}"))]),
-                ],
-                vec![
-                    fact(
-                        &cb.name,
-                        &po,
-                        "PARTY_TO",
-                        format!("{} is the buyer on {po}.", cb.name),
-                        Some(&ref_time),
-                    ),
-                    fact(
-                        &cs.name,
-                        &po,
-                        "PARTY_TO",
-                        format!("{} is the seller on {po}.", cs.name),
-                        Some(&ref_time),
-                    ),
-                    fact(
-                        &pb.name,
-                        &po,
-                        "SIGNED",
-                        format!("{} signed {po}.", pb.name),
-                        Some(&ref_time),
-                    ),
-                    fact(
-                        &pb.name,
-                        &cb.name,
-                        "EMPLOYED_BY",
-                        format!("{} works for {}.", pb.name, cb.name),
-                        None,
-                    ),
-                ],
-            ),
-            1 => (
-                format!(
-                    "From: {} <{}>\nSubject: RE: Purchase order {po}\n\n{} confirms {po} and will ship the {product} on {}.\n\n{}, account manager at {}",
-                    ps.name,
-                    world.email(seller, s),
-                    cs.name,
-                    day(10),
-                    ps.name,
-                    cs.name
-                ),
-                vec![
-                    entity(
-                        &ps.name,
-                        "Person",
-                        &[
-                            ("email", world.email(seller, s)),
-                            ("role", "account manager".into()),
-                        ],
-                    ),
-                    entity(&cs.name, "Company", &[]),
-                    entity(&po, "Contract", &[]),
-                ],
-                vec![
-                    fact(
-                        &cs.name,
-                        &po,
-                        "PARTY_TO",
-                        format!("{} confirmed {po}.", cs.name),
-                        Some(&ref_time),
-                    ),
-                    fact(
-                        &ps.name,
-                        &cs.name,
-                        "EMPLOYED_BY",
-                        format!("{} works for {}.", ps.name, cs.name),
-                        None,
-                    ),
-                ],
-            ),
-            2 => {
-                let buyer_inc = format!("{} Inc.", cb.name);
-                (
-                    format!(
-                        "{}: {} from {} says {po} ships on {}. Can someone at {buyer_inc} receive it?",
-                        pb.name,
-                        ps.name,
-                        cs.name,
-                        day(10)
-                    ),
-                    vec![
-                        entity(&pb.name, "Person", &[]),
-                        entity(&ps.name, "Person", &[]),
-                        entity(&cs.name, "Company", &[]),
-                        entity(&buyer_inc, "Company", &[]),
-                        entity(&po, "Contract", &[]),
-                    ],
-                    vec![
-                        fact(
-                            &ps.name,
-                            &cs.name,
-                            "EMPLOYED_BY",
-                            format!("{} works for {}.", ps.name, cs.name),
-                            None,
-                        ),
-                        fact(
-                            &buyer_inc,
-                            &po,
-                            "PARTY_TO",
-                            format!("{} receives {po}.", cb.name),
-                            None,
-                        ),
-                    ],
-                )
-            }
-            _ => {
-                let p = rng.random_range(0..people);
-                let c = world.employer(p, era);
-                let person = &world.people[p];
-                let company = &world.companies[c];
-                let role = ROLES[rng.random_range(0..ROLES.len())];
-                let date = day(-3);
-                (
-                    format!(
-                        "{} <{}> joined {} as {role} on {date}. Please add {} to the vendor portal.",
-                        person.name,
-                        world.email(p, c),
-                        company.name,
-                        person.first
-                    ),
-                    vec![
-                        entity(
-                            &person.name,
-                            "Person",
-                            &[("email", world.email(p, c)), ("role", role.into())],
-                        ),
-                        entity(
-                            &company.name,
-                            "Company",
-                            &[("domain", company.domain.clone())],
-                        ),
-                    ],
-                    vec![fact(
-                        &person.name,
-                        &company.name,
-                        "EMPLOYED_BY",
-                        format!("{} works for {}.", person.name, company.name),
-                        Some(&date),
-                    )],
-                )
-            }
+            0 => order.purchase_order(),
+            1 => order.confirmation(),
+            2 => order.shipping_chat(),
+            _ => order.new_joiner(&mut rng),
         };
         lines.push(
             json!({
                 "id": format!("ep-{i}"),
                 "content": content,
                 "kind": "message",
-                "reference_time": ref_time,
+                "reference_time": order.ref_time,
                 "document_id": format!("thread-{thread}"),
                 "source_description": "procurement mail",
             })
@@ -475,6 +310,254 @@ fn generate(episodes: usize, seed: u64) -> Archive {
         );
     }
     Archive { lines, answers }
+}
+
+/// One generated episode: its text, and the entities and facts the model
+/// answers for it.
+type Episode = (String, Vec<Value>, Vec<Value>);
+
+/// The purchase order a thread of four episodes is about, as drawn from
+/// the thread's generator.
+struct Order<'w> {
+    world: &'w World,
+    /// When the episode was written.
+    at: DateTime<Utc>,
+    /// The half of the archive (0 or 1), for [`World::employer`].
+    era: usize,
+    buyer: usize,
+    seller: usize,
+    /// The buyer's and the seller's companies.
+    b: usize,
+    s: usize,
+    po: String,
+    product: &'static str,
+    qty: u32,
+    amount: u64,
+    ref_time: String,
+}
+
+impl<'w> Order<'w> {
+    /// Draws the order of `thread` from `rng` (the draws of every episode
+    /// of the thread, in this order), written at `at` in `era`.
+    fn draw(
+        world: &'w World,
+        rng: &mut StdRng,
+        thread: usize,
+        era: usize,
+        at: DateTime<Utc>,
+    ) -> Self {
+        let people = world.people.len();
+        // Buyers are people p with p % 10 < 3 (home companies), sellers
+        // the others.
+        let buyer = (rng.random_range(0..people.div_ceil(10)) * 10 + rng.random_range(0..3))
+            .min(people - 1);
+        let mut seller = rng.random_range(0..people);
+        if seller % 10 < 3 {
+            seller = (seller - seller % 10 + 3).min(people - 1);
+        }
+        let b = world.employer(buyer, era);
+        let s = world.employer(seller, era);
+        let po = format!("PO-{}", 100_000 + thread);
+        let product = PRODUCTS[rng.random_range(0..PRODUCTS.len())];
+        let qty: u32 = rng.random_range(5..500);
+        let amount = qty as u64 * rng.random_range(20..2_000u64);
+        let ref_time = at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        Order {
+            world,
+            at,
+            era,
+            buyer,
+            seller,
+            b,
+            s,
+            po,
+            product,
+            qty,
+            amount,
+            ref_time,
+        }
+    }
+
+    /// The buyer, the seller and their companies.
+    fn parties(&self) -> (&'w Person, &'w Person, &'w Company, &'w Company) {
+        let w = self.world;
+        (
+            &w.people[self.buyer],
+            &w.people[self.seller],
+            &w.companies[self.b],
+            &w.companies[self.s],
+        )
+    }
+
+    /// The date `d` days after the episode.
+    fn day(&self, d: i64) -> String {
+        (self.at + Days::days(d)).format("%Y-%m-%d").to_string()
+    }
+
+    /// The first episode of a thread: the buyer's purchase order.
+    fn purchase_order(&self) -> Episode {
+        let (pb, ps, cb, cs) = self.parties();
+        let (world, buyer, seller, b, s) = (self.world, self.buyer, self.seller, self.b, self.s);
+        let (po, ref_time) = (self.po.as_str(), self.ref_time.as_str());
+        let (product, qty, amount) = (self.product, self.qty, self.amount);
+        let day = |d: i64| self.day(d);
+        (
+            format!(
+                "From: {} <{}>\nTo: {} <{}>\nSubject: Purchase order {po}\n\nHi {},\n\n{} issues purchase order {po} to {} for {qty} {product} at {amount} USD. Please confirm delivery by {}.\n\nThanks,\n{}",
+                pb.name,
+                world.email(buyer, b),
+                ps.name,
+                world.email(seller, s),
+                ps.first,
+                cb.name,
+                cs.name,
+                day(14),
+                pb.first
+            ),
+            vec![
+                entity(&pb.name, "Person", &[("email", world.email(buyer, b))]),
+                entity(&ps.name, "Person", &[("email", world.email(seller, s))]),
+                entity(&cb.name, "Company", &[("domain", cb.domain.clone())]),
+                entity(&cs.name, "Company", &[("domain", cs.domain.clone())]),
+                entity(po, "Contract", &[("details", format!("{qty} {product}"))]),
+            ],
+            vec![
+                fact(
+                    &cb.name,
+                    po,
+                    "PARTY_TO",
+                    format!("{} is the buyer on {po}.", cb.name),
+                    Some(ref_time),
+                ),
+                fact(
+                    &cs.name,
+                    po,
+                    "PARTY_TO",
+                    format!("{} is the seller on {po}.", cs.name),
+                    Some(ref_time),
+                ),
+                fact(
+                    &pb.name,
+                    po,
+                    "SIGNED",
+                    format!("{} signed {po}.", pb.name),
+                    Some(ref_time),
+                ),
+                works_for(pb, cb, None),
+            ],
+        )
+    }
+
+    /// The second: the seller confirms.
+    fn confirmation(&self) -> Episode {
+        let (_, ps, _, cs) = self.parties();
+        let (world, seller, s) = (self.world, self.seller, self.s);
+        let (po, ref_time, product) = (self.po.as_str(), self.ref_time.as_str(), self.product);
+        let day = |d: i64| self.day(d);
+        (
+            format!(
+                "From: {} <{}>\nSubject: RE: Purchase order {po}\n\n{} confirms {po} and will ship the {product} on {}.\n\n{}, account manager at {}",
+                ps.name,
+                world.email(seller, s),
+                cs.name,
+                day(10),
+                ps.name,
+                cs.name
+            ),
+            vec![
+                entity(
+                    &ps.name,
+                    "Person",
+                    &[
+                        ("email", world.email(seller, s)),
+                        ("role", "account manager".into()),
+                    ],
+                ),
+                entity(&cs.name, "Company", &[]),
+                entity(po, "Contract", &[]),
+            ],
+            vec![
+                fact(
+                    &cs.name,
+                    po,
+                    "PARTY_TO",
+                    format!("{} confirmed {po}.", cs.name),
+                    Some(ref_time),
+                ),
+                works_for(ps, cs, None),
+            ],
+        )
+    }
+
+    /// The third: a chat line about receiving the shipment.
+    fn shipping_chat(&self) -> Episode {
+        let (pb, ps, cb, cs) = self.parties();
+        let po = self.po.as_str();
+        let day = |d: i64| self.day(d);
+        let buyer_inc = format!("{} Inc.", cb.name);
+        (
+            format!(
+                "{}: {} from {} says {po} ships on {}. Can someone at {buyer_inc} receive it?",
+                pb.name,
+                ps.name,
+                cs.name,
+                day(10)
+            ),
+            vec![
+                entity(&pb.name, "Person", &[]),
+                entity(&ps.name, "Person", &[]),
+                entity(&cs.name, "Company", &[]),
+                entity(&buyer_inc, "Company", &[]),
+                entity(po, "Contract", &[]),
+            ],
+            vec![
+                works_for(ps, cs, None),
+                fact(
+                    &buyer_inc,
+                    po,
+                    "PARTY_TO",
+                    format!("{} receives {po}.", cb.name),
+                    None,
+                ),
+            ],
+        )
+    }
+
+    /// The fourth: someone of either side joins a company (two more draws
+    /// from the thread's `rng`).
+    fn new_joiner(&self, rng: &mut StdRng) -> Episode {
+        let (world, era) = (self.world, self.era);
+        let people = world.people.len();
+        let day = |d: i64| self.day(d);
+        let p = rng.random_range(0..people);
+        let c = world.employer(p, era);
+        let person = &world.people[p];
+        let company = &world.companies[c];
+        let role = ROLES[rng.random_range(0..ROLES.len())];
+        let date = day(-3);
+        (
+            format!(
+                "{} <{}> joined {} as {role} on {date}. Please add {} to the vendor portal.",
+                person.name,
+                world.email(p, c),
+                company.name,
+                person.first
+            ),
+            vec![
+                entity(
+                    &person.name,
+                    "Person",
+                    &[("email", world.email(p, c)), ("role", role.into())],
+                ),
+                entity(
+                    &company.name,
+                    "Company",
+                    &[("domain", company.domain.clone())],
+                ),
+            ],
+            vec![works_for(person, company, Some(&date))],
+        )
+    }
 }
 
 /// The current episode's text in an extraction prompt.

@@ -29,7 +29,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use crate::resolve::entities::{MentionKey, Resolved, Target, mentions_schema, resolve_entities};
+use crate::resolve::entities::{Resolved, resolve_entities};
+use crate::resolve::mentions::{MentionKey, Target, mentions_schema};
 use crate::resolve::{ResolveSpec, normalize_name};
 use crate::text::{IDENTITY_KEY_COLUMNS, IdentityKeys, NAME_KEY_COLUMNS};
 

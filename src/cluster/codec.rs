@@ -42,12 +42,9 @@ fn encode_function(udf: &ScalarUDF) -> Option<Vec<u8>> {
 /// family's name (rebuilt functions are wrapped again, so a scheduler
 /// passes them on to executors as it got them).
 fn family_functions(family: &str, state: &[u8]) -> Option<(&'static str, Vec<ScalarUDF>)> {
-    use crate::resolve::{embedding, entities, linkage};
+    use crate::resolve::{embedding, linkage, udfs};
     match family {
-        entities::FUNCTION_FAMILY => Some((
-            entities::FUNCTION_FAMILY,
-            entities::functions_from_state(state)?,
-        )),
+        udfs::FUNCTION_FAMILY => Some((udfs::FUNCTION_FAMILY, udfs::functions_from_state(state)?)),
         embedding::FUNCTION_FAMILY => Some((
             embedding::FUNCTION_FAMILY,
             embedding::functions_from_state(state)?,

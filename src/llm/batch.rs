@@ -33,8 +33,9 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::auth::{ApiKey, auth_headers, redact};
 use super::cache::{CachedReply, ResponseCache};
-use super::client::{ApiKey, LlmError, auth_headers, redact};
+use super::error::LlmError;
 use crate::rows::LlmCallRow;
 use crate::spec::{ApiStyle, BatchSpec, LlmSpec};
 use crate::stage::Stage;

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use rand::SeedableRng;
-use reqwest::header::{HeaderMap, HeaderValue};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,162 +17,20 @@ use serde_json::{Value, json};
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::time::Instant;
 
+use super::auth::{ApiKey, auth_headers, redact};
 use super::batch::{BatchQueue, Endpoint, QueuedRequest};
 use super::cache::{CachedReply, ResponseCache, cache_key};
 use super::endpoints::{self, EndpointStats, Pool, Slot};
-use super::limiter::{BudgetConfig, LimitError, Limiter};
+use super::error::LlmError;
+use super::limiter::{BudgetConfig, Limiter};
 use super::reply;
 use super::retry::{RetryPolicy, Verdict, classify, parse_retry_after};
 use crate::rows::LlmCallRow;
 use crate::spec::{ApiStyle, LlmSpec, StructuredOutput};
 use crate::stage::Stage;
 
-/// Errors of the LLM layer. Messages never contain the API key.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LlmError {
-    /// The call does not fit the budget (larger than the burst).
-    #[error(transparent)]
-    Limit(#[from] LimitError),
-    /// The provider refused the request for a reason retrying cannot fix.
-    #[error("{stage}: the model server answered HTTP {status}: {message}")]
-    Refused {
-        stage: Stage,
-        status: u16,
-        message: String,
-    },
-    /// Every attempt failed with a transient error.
-    #[error("{stage}: gave up after {attempts} attempts; last error: {last}")]
-    Exhausted {
-        stage: Stage,
-        attempts: u32,
-        last: String,
-    },
-    /// The reply did not match the schema, also after one repair attempt.
-    #[error(
-        "{stage}: the reply does not match the expected JSON ({reason}); reply starts: {excerpt}"
-    )]
-    InvalidReply {
-        stage: Stage,
-        reason: String,
-        excerpt: String,
-    },
-    /// The reply was cut at `max_tokens`.
-    #[error("{stage}: the reply was cut at max_tokens = {max_tokens}; reply starts: {excerpt}")]
-    Truncated {
-        stage: Stage,
-        max_tokens: u32,
-        excerpt: String,
-    },
-    /// The client could not be built.
-    #[error("cannot set up the LLM client: {0}")]
-    Setup(String),
-    /// Replay mode (`graphloom run --replay`) and the response cache holds
-    /// no reply for this request: nothing was sent.
-    #[error(
-        "{stage}: no reply for this request in the response cache, and --replay makes no LLM calls (run without --replay to ask the model)"
-    )]
-    NotCached { stage: Stage },
-    /// Batch mode: the request is queued for the Batch API and its answer
-    /// comes in a later round; nothing was sent.
-    #[error("{stage}: queued for the Batch API; the answer comes in a later round")]
-    Deferred { stage: Stage },
-}
-
-impl LlmError {
-    /// Short class for `llm_calls.error` and `failures`.
-    pub fn class(&self) -> &'static str {
-        match self {
-            LlmError::Limit(_) => "too_large",
-            LlmError::Refused { .. } => "refused",
-            LlmError::Exhausted { .. } => "exhausted",
-            LlmError::InvalidReply { .. } => "invalid_reply",
-            LlmError::Truncated { .. } => "truncated",
-            LlmError::Setup(_) => "setup",
-            LlmError::NotCached { .. } => "not_cached",
-            LlmError::Deferred { .. } => "deferred",
-        }
-    }
-
-    /// Whether the call was queued for the Batch API (batch mode): not a
-    /// failure, and nothing about the item should be concluded from it.
-    pub fn is_deferred(&self) -> bool {
-        matches!(self, LlmError::Deferred { .. })
-    }
-}
-
-/// The authentication header of `style` for `key` (none without a key),
-/// marked sensitive so it never shows in debug output.
-pub(crate) fn auth_headers(style: ApiStyle, key: Option<&ApiKey>) -> Result<HeaderMap, LlmError> {
-    let mut headers = HeaderMap::new();
-    if let Some(ApiKey(k)) = key {
-        let (name, value) = match style {
-            ApiStyle::Openai => ("authorization", format!("Bearer {k}")),
-            ApiStyle::Azure => ("api-key", k.clone()),
-        };
-        let mut value = HeaderValue::from_str(&value).map_err(|_| {
-            LlmError::Setup("the API key holds characters not allowed in a header".into())
-        })?;
-        value.set_sensitive(true);
-        headers.insert(name, value);
-    }
-    Ok(headers)
-}
-
 /// Texts per `/embeddings` request (sync, and per Batch API line).
 const EMBED_BATCH: usize = 64;
-
-/// `text` without `key` and without anything shaped like an OpenAI key
-/// (`sk-…`), for text that came back from a server before it is stored or
-/// shown.
-pub(crate) fn redact(key: Option<&ApiKey>, text: &str) -> String {
-    let mut out = text.to_string();
-    if let Some(ApiKey(k)) = key
-        && k.len() >= 4
-    {
-        out = out.replace(k.as_str(), "[redacted]");
-    }
-    out.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'')
-        .map(|w| {
-            if w.trim_start_matches(['"', '\'']).starts_with("sk-") {
-                let tail: String = w
-                    .chars()
-                    .filter(|c| c.is_whitespace() || *c == '"' || *c == '\'')
-                    .collect();
-                format!("[redacted]{tail}")
-            } else {
-                w.to_string()
-            }
-        })
-        .collect()
-}
-
-/// The API key. Its `Debug` never shows it; it is sent only as a header
-/// marked sensitive.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Reads the key from the environment variable `name`; `None` when it is
-    /// unset or empty (local servers need no key).
-    pub fn from_env(name: &str) -> Option<ApiKey> {
-        std::env::var(name)
-            .ok()
-            .filter(|k| !k.trim().is_empty())
-            .map(|k| ApiKey(k.trim().to_string()))
-    }
-
-    /// Wraps a key given directly.
-    pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(key.into())
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(redacted)")
-    }
-}
 
 /// A chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -2,6 +2,8 @@
 //! token budget, retries, a response cache and per-call accounting.
 //!
 //! * [`client`]: chat completions with structured output and embeddings;
+//! * [`error`]: the layer's error; [`auth`]: the API key and its header;
+//! * [`batch`]: batch mode, calls queued for the Batch API;
 //! * [`endpoints`]: several servers of one model behind the one budget;
 //! * [`limiter`]: the requests-per-minute and tokens-per-minute budget;
 //! * [`retry`]: which failures are retried and how long to wait;
@@ -11,10 +13,12 @@
 //! * [`test_server`]: a faithful OpenAI-compatible server for tests and
 //!   benchmarks.
 
+pub mod auth;
 pub mod batch;
 pub mod cache;
 pub mod client;
 pub mod endpoints;
+pub mod error;
 pub mod limiter;
 pub mod plan;
 pub mod reply;
@@ -22,8 +26,10 @@ pub mod retry;
 #[cfg(feature = "testkit")]
 pub mod test_server;
 
+pub use auth::ApiKey;
 pub use cache::{CacheMode, ResponseCache};
-pub use client::{ApiKey, ChatReply, ChatRequest, LlmClient, LlmError, LlmTotals, Message, Usage};
+pub use client::{ChatReply, ChatRequest, LlmClient, LlmTotals, Message, Usage};
+pub use error::LlmError;
 
 /// Runs `call` as a task of its own, so that the work around LLM calls
 /// (building prompts, hashing cache keys, parsing replies: all there is to

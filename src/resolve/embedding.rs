@@ -40,7 +40,9 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 use datafusion::prelude::SessionContext;
 
 use super::ResolveSpec;
-use super::entities::{Kind, MentionKey, Pair, Target, list_of, string_lists};
+use super::mentions::{Kind, MentionKey, Pair, Target, list_of, string_lists, strings};
+use super::udfs::register_udfs;
+use crate::scratch::{register_batches, register_partitioned};
 
 /// Name of the table of the probing mentions' band keys.
 const PROBES_TABLE: &str = "resolve_embedding_probes";
@@ -203,7 +205,7 @@ pub fn udfs(bands: usize, band_bits: usize) -> Vec<ScalarUDF> {
             let arrays = ColumnarValue::values_to_arrays(args)?;
             let sigs = arrow::compute::cast(&arrays[0], &DataType::Binary)?;
             let sigs = sigs.as_binary::<i32>();
-            let roots = super::entities::strings(&arrays[1])?;
+            let roots = strings(&arrays[1])?;
             let roots = roots.as_string::<i32>();
             let band = arrow::compute::cast(&arrays[2], &DataType::Int64)?;
             let band = band.as_primitive::<arrow::datatypes::Int64Type>();
@@ -324,7 +326,7 @@ pub async fn neighbours(
     vectors: &[Option<Arc<[f32]>>],
     spec: &ResolveSpec,
 ) -> Result<Vec<Pair>, DataFusionError> {
-    super::entities::register_udfs(ctx, spec, &std::collections::BTreeMap::new());
+    register_udfs(ctx, spec, &std::collections::BTreeMap::new());
     let mut out = Vec::new();
     embedding_pairs(ctx, nodes, mentions, vectors, spec, &mut out).await?;
     Ok(out)
@@ -360,7 +362,7 @@ pub(super) async fn embedding_pairs(
     let batches = probe_batches(mentions, vectors, bands * band_bits, spec)
         .map_err(|e| e.context("the probing mentions' signatures"))?;
     let probes: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    super::entities::register_batches(ctx, PROBES_TABLE, probes_schema(), batches)
+    register_batches(ctx, PROBES_TABLE, probes_schema(), batches)
         .await
         .map_err(|e| e.context("registering the probing mentions' signatures"))?;
     // Only ids and signatures go through the joins: names, labels and
@@ -484,7 +486,7 @@ async fn sign_nodes(ctx: &SessionContext, nodes: &str) -> Result<(), DataFusionE
             .filter(col("sig").is_not_null())?;
         let schema = Arc::clone(frame.schema().inner());
         let batches = frame.collect().await?;
-        super::entities::register_batches(ctx, SIGNED_NODES_TABLE, schema, batches).await
+        register_batches(ctx, SIGNED_NODES_TABLE, schema, batches).await
     };
     signed
         .await
@@ -578,7 +580,7 @@ async fn rescore(
             Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
             vec![Arc::new(Int64Array::from(targets)) as ArrayRef],
         )?;
-        super::entities::register_partitioned(ctx, SHORTLIST_TABLE, ids).await?;
+        register_partitioned(ctx, SHORTLIST_TABLE, ids).await?;
         let unlinked = if spec.linkage.is_empty() {
             ""
         } else {
@@ -599,7 +601,7 @@ async fn rescore(
             let ids = ids.as_primitive::<arrow::datatypes::Int64Type>();
             let lists = float_lists(b.column(1))?;
             let lists = lists.as_list::<i32>();
-            let names = super::entities::strings(b.column(2))?;
+            let names = strings(b.column(2))?;
             let names = names.as_string::<i32>();
             let labels = string_lists(b.column(3))?;
             let labels = labels.as_list::<i32>();

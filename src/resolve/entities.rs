@@ -28,256 +28,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, Int64Builder, ListBuilder,
-    RecordBatch, StringArray, StringBuilder,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{Array, AsArray, Float64Array, RecordBatch};
+use arrow::datatypes::DataType;
 use datafusion::error::DataFusionError;
-use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 use rayon::prelude::*;
 
-use super::{ResolveSpec, name_similarity, normalize_name};
+pub use super::mentions::{Kind, MentionKey, Pair, Target, mentions_batches, mentions_schema};
+use super::mentions::{MENTIONS_TABLE, decode_pairs};
+use super::udfs::register_udfs;
+pub use super::udfs::udfs;
+use super::{ResolveSpec, normalize_name};
+use crate::scratch::{materialize, register_batches, run_sql};
 use crate::text::MAY_CHANGE;
-
-/// Name under which [`resolve_entities`] expects the run's mentions.
-pub const MENTIONS_TABLE: &str = "resolve_mentions";
-
-/// Schema of the mentions table: one row per mention, `labels` as in
-/// `nodes` ("Entity" then the chain, root first), `attributes` a JSON
-/// object of the last type's properties.
-pub fn mentions_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("mention_id", DataType::Int64, false),
-        Field::new("group_id", DataType::Utf8, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("name_normalized", DataType::Utf8, false),
-        Field::new("type", DataType::Utf8, false),
-        Field::new(
-            "labels",
-            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-            false,
-        ),
-        Field::new("attributes", DataType::Utf8, false),
-    ]))
-}
-
-/// One mention, as [`mentions_batches`] lays it out.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct MentionKey {
-    /// Partition of the graph.
-    pub group_id: String,
-    /// The name as written.
-    pub name: String,
-    /// Type chain, root first (empty: just "Entity").
-    pub chain: Vec<String>,
-    /// Properties of the last type, as a JSON object.
-    pub attributes: String,
-}
-
-/// Lays mentions out as the mentions table, in `partitions` batches so
-/// DataFusion can work on them in parallel. `mention_id` is the position.
-pub fn mentions_batches(
-    mentions: &[MentionKey],
-    partitions: usize,
-) -> Result<Vec<Vec<RecordBatch>>, DataFusionError> {
-    let size = mentions.len().div_ceil(partitions.max(1)).max(1);
-    let mut out = Vec::new();
-    for (c, chunk) in mentions.chunks(size).enumerate() {
-        let first = (c * size) as i64;
-        let mut labels = ListBuilder::new(StringBuilder::new());
-        for m in chunk {
-            labels.values().append_value(crate::ontology::ENTITY_LABEL);
-            for t in &m.chain {
-                labels.values().append_value(t);
-            }
-            labels.append(true);
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values(
-                first..first + chunk.len() as i64,
-            )),
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|m| m.group_id.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|m| m.name.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|m| normalize_name(&m.name)),
-            )),
-            Arc::new(StringArray::from_iter_values(chunk.iter().map(|m| {
-                m.chain
-                    .last()
-                    .map_or(crate::ontology::ENTITY_LABEL, String::as_str)
-            }))),
-            Arc::new(labels.finish()),
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|m| m.attributes.as_str()),
-            )),
-        ];
-        out.push(vec![RecordBatch::try_new(mentions_schema(), columns)?]);
-    }
-    if out.is_empty() {
-        out.push(vec![RecordBatch::new_empty(mentions_schema())]);
-    }
-    Ok(out)
-}
-
-pub(super) fn list_of(item: DataType) -> DataType {
-    DataType::List(Arc::new(Field::new("item", item, true)))
-}
-
-pub(super) fn strings(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
-    Ok(arrow::compute::cast(array, &DataType::Utf8)?)
-}
-
-/// A list-of-strings column as `List<Utf8>`, whatever the reader chose
-/// (Delta scans may give string views or large lists).
-pub(super) fn string_lists(array: &ArrayRef) -> Result<ArrayRef, DataFusionError> {
-    Ok(arrow::compute::cast(array, &list_of(DataType::Utf8))?)
-}
-
-/// The resolution UDFs, built from the settings and the identity
-/// properties of each type (`type → properties`). They are plain scalar
-/// functions, registrable on any `SessionContext`.
-pub fn udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec<ScalarUDF> {
-    // One set of keys behind both functions, as nodes store them
-    // (crate::text::NameKeys), so stored and computed keys agree.
-    let keys = Arc::new(spec.name_keys());
-    let folding = Arc::clone(&keys);
-    let fold = create_udf(
-        "fold_name",
-        vec![DataType::Utf8],
-        DataType::Utf8,
-        Volatility::Immutable,
-        Arc::new(move |args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let names = strings(&arrays[0])?;
-            let out: StringArray = names
-                .as_string::<i32>()
-                .iter()
-                .map(|n| n.map(|n| folding.folded(n)))
-                .collect();
-            Ok(ColumnarValue::Array(Arc::new(out)))
-        }),
-    );
-    let stems = create_udf(
-        "name_stems",
-        vec![DataType::Utf8],
-        list_of(DataType::Utf8),
-        Volatility::Immutable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let names = strings(&arrays[0])?;
-            let mut out = ListBuilder::new(StringBuilder::new());
-            for n in names.as_string::<i32>().iter() {
-                for stem in n.map(crate::text::name_stems).unwrap_or_default() {
-                    out.values().append_value(stem);
-                }
-                out.append(true);
-            }
-            Ok(ColumnarValue::Array(Arc::new(out.finish())))
-        }),
-    );
-    let name_bands = create_udf(
-        "name_bands",
-        vec![DataType::Utf8, DataType::Utf8],
-        list_of(DataType::Int64),
-        Volatility::Immutable,
-        Arc::new(move |args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let (groups, names) = (strings(&arrays[0])?, strings(&arrays[1])?);
-            let mut out = ListBuilder::new(Int64Builder::new());
-            for (g, n) in groups
-                .as_string::<i32>()
-                .iter()
-                .zip(names.as_string::<i32>().iter())
-            {
-                if let (Some(g), Some(n)) = (g, n) {
-                    out.values().append_slice(&keys.band_keys(g, n));
-                }
-                out.append(true);
-            }
-            Ok(ColumnarValue::Array(Arc::new(out.finish())))
-        }),
-    );
-    let similarity = create_udf(
-        "name_similarity",
-        vec![DataType::Utf8, DataType::Utf8],
-        DataType::Float64,
-        Volatility::Immutable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let (a, b) = (strings(&arrays[0])?, strings(&arrays[1])?);
-            let out: Float64Array = a
-                .as_string::<i32>()
-                .iter()
-                .zip(b.as_string::<i32>().iter())
-                .map(|(a, b)| Some(name_similarity(a?, b?)))
-                .collect();
-            Ok(ColumnarValue::Array(Arc::new(out)))
-        }),
-    );
-    let compatible = create_udf(
-        "chains_compatible",
-        vec![list_of(DataType::Utf8), list_of(DataType::Utf8)],
-        DataType::Boolean,
-        Volatility::Immutable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let (a, b) = (string_lists(&arrays[0])?, string_lists(&arrays[1])?);
-            let (a, b) = (a.as_list::<i32>(), b.as_list::<i32>());
-            let out: BooleanArray = (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) || b.is_null(i) {
-                        return None;
-                    }
-                    let (x, y) = (a.value(i), b.value(i));
-                    let (x, y) = (x.as_string::<i32>(), y.as_string::<i32>());
-                    let n = x.len().min(y.len());
-                    Some((0..n).all(|k| x.value(k) == y.value(k)))
-                })
-                .collect();
-            Ok(ColumnarValue::Array(Arc::new(out)))
-        }),
-    );
-    // The same keys nodes store (crate::store::identity_key_columns).
-    let identity = Arc::new(crate::text::IdentityKeys::new(identity.clone()));
-    let identity_keys = create_udf(
-        "identity_keys",
-        vec![DataType::Utf8, DataType::Utf8],
-        list_of(DataType::Utf8),
-        Volatility::Immutable,
-        Arc::new(move |args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let (types, attrs) = (strings(&arrays[0])?, strings(&arrays[1])?);
-            let mut out = ListBuilder::new(StringBuilder::new());
-            for (t, a) in types
-                .as_string::<i32>()
-                .iter()
-                .zip(attrs.as_string::<i32>().iter())
-            {
-                if let (Some(t), Some(a)) = (t, a) {
-                    for k in identity.keys(t, a) {
-                        out.values().append_value(k);
-                    }
-                }
-                out.append(true);
-            }
-            Ok(ColumnarValue::Array(Arc::new(out.finish())))
-        }),
-    );
-    vec![
-        fold,
-        stems,
-        name_bands,
-        similarity,
-        compatible,
-        identity_keys,
-    ]
-}
 
 /// Each entity type with identity properties, by name, with its
 /// properties as [`identity_names`] gives them: what resolution and the
@@ -305,57 +68,6 @@ pub fn identity_names(t: &crate::ontology::EntityTypeSpec) -> Vec<String> {
             }
         })
         .collect()
-}
-
-/// What a candidate pair points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Target {
-    /// A committed node, by `short_id`.
-    Node(i64),
-    /// Another mention of this run.
-    Mention(usize),
-}
-
-/// How a candidate was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// Equal identity-property value.
-    Identity,
-    /// Equal folded name.
-    Name,
-    /// Shared LSH band key, scored.
-    Fuzzy,
-    /// One-word name against a multi-word name starting with it.
-    Partial,
-    /// A `[[resolve.linkage]]` score at or above the rule's threshold.
-    Linked,
-    /// A `[[resolve.linkage]]` score in the rule's grey band.
-    LinkGrey,
-    /// A nearest neighbour by name embedding (a proposal only).
-    Embedding,
-    /// The target's name with words added at the end (a proposal only).
-    Longer,
-}
-
-/// One candidate pair from the joins.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pair {
-    /// The mention.
-    pub mention: usize,
-    /// What it may be.
-    pub target: Target,
-    /// How the pair was found.
-    pub kind: Kind,
-    /// Name similarity (1 for name and identity matches).
-    pub score: f64,
-    /// Committed nodes behind a partial candidate (several: ambiguous).
-    pub count: i64,
-    /// The target's name, for adjudication prompts.
-    pub name: String,
-    /// The target's chain (labels without "Entity").
-    pub chain: Vec<String>,
-    /// The target's identity keys (`property=value`).
-    pub identity: Vec<String>,
 }
 
 /// Candidate pairs of the run's mentions, from the joins described in
@@ -785,18 +497,6 @@ async fn node_keys(
     Ok(NodeKeys { folded, bands, ids })
 }
 
-/// Runs `sql` and keeps its result as the in-memory table `name`, its
-/// batches spread over the session's partitions for parallel work.
-pub(super) async fn materialize(
-    ctx: &SessionContext,
-    name: &str,
-    sql: &str,
-) -> Result<(), DataFusionError> {
-    materialize_inner(ctx, name, sql)
-        .await
-        .map_err(|e| e.context(format!("building the scratch table {name}")))
-}
-
 /// Lets the candidate joins hold their run side (the mentions and what is
 /// derived from them, a few rows per mention) in one shared hash table and
 /// stream the committed nodes past it, instead of hash-partitioning both
@@ -826,107 +526,6 @@ fn restore_join_thresholds(ctx: &SessionContext, (bytes, rows): (usize, usize)) 
     let optimizer = &mut state.config_mut().options_mut().optimizer;
     optimizer.hash_join_single_partition_threshold = bytes;
     optimizer.hash_join_single_partition_threshold_rows = rows;
-}
-
-/// Plans and runs `sql`, returning its schema and rows. At trace level
-/// (`RUST_LOG=graphloom=trace`) it logs the executed plan with each
-/// operator's metrics (rows, time), which is where a slow step shows why.
-pub(super) async fn run_sql(
-    ctx: &SessionContext,
-    sql: &str,
-) -> Result<(SchemaRef, Vec<RecordBatch>), DataFusionError> {
-    let frame = ctx.sql(sql).await?;
-    let schema = Arc::clone(frame.schema().inner());
-    let plan = frame.create_physical_plan().await?;
-    let batches = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await?;
-    if tracing::enabled!(tracing::Level::TRACE) {
-        let shown = datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
-            plan.as_ref(),
-        )
-        .indent(true);
-        tracing::trace!("executed plan:\n{shown}");
-    }
-    Ok((schema, batches))
-}
-
-/// Registers `batch` as the scratch table `name`, sliced over the
-/// session's partitions for parallel work.
-pub(super) async fn register_partitioned(
-    ctx: &SessionContext,
-    name: &str,
-    batch: RecordBatch,
-) -> Result<(), DataFusionError> {
-    let parts = ctx.state().config().target_partitions().max(1);
-    let size = batch.num_rows().div_ceil(parts).max(1);
-    let slices = (0..batch.num_rows())
-        .step_by(size)
-        .map(|offset| batch.slice(offset, size.min(batch.num_rows() - offset)))
-        .collect();
-    register_batches(ctx, name, batch.schema(), slices).await
-}
-
-/// Registers `batches` as the scratch table `name` (replacing one of that
-/// name): see [`crate::scratch::register_batches`].
-pub(super) async fn register_batches(
-    ctx: &SessionContext,
-    name: &str,
-    schema: SchemaRef,
-    batches: Vec<RecordBatch>,
-) -> Result<(), DataFusionError> {
-    crate::scratch::register_batches(ctx, name, schema, batches).await
-}
-
-async fn materialize_inner(
-    ctx: &SessionContext,
-    name: &str,
-    sql: &str,
-) -> Result<(), DataFusionError> {
-    let (schema, batches) = run_sql(ctx, sql).await?;
-    register_batches(ctx, name, schema, batches).await
-}
-
-/// Registers the resolution UDFs ([`udfs`]) and the record-linkage UDFs
-/// that read a row's rule alone ([`super::linkage::udfs`]) on `ctx`; the
-/// pair-scoring ones come with the linkage candidates. They carry their
-/// settings ([`crate::portable`]), so plans calling them can run on other
-/// processes ([`functions_from_state`] rebuilds them there).
-pub(super) fn register_udfs(
-    ctx: &SessionContext,
-    spec: &ResolveSpec,
-    identity: &BTreeMap<String, Vec<String>>,
-) {
-    // Serializing plain settings cannot fail; an empty state would only
-    // make a rebuild elsewhere fail with a clear error.
-    let state: Arc<[u8]> = serde_json::to_vec(&(spec, identity))
-        .unwrap_or_default()
-        .into();
-    for f in settings_udfs(spec, identity) {
-        ctx.register_udf(crate::portable::wrap(f, FUNCTION_FAMILY, state.clone()));
-    }
-}
-
-/// The family name under which [`register_udfs`]'s functions carry their
-/// settings.
-pub const FUNCTION_FAMILY: &str = "resolve";
-
-fn settings_udfs(spec: &ResolveSpec, identity: &BTreeMap<String, Vec<String>>) -> Vec<ScalarUDF> {
-    let linkages: Vec<super::linkage::Linkage> = spec
-        .linkage
-        .iter()
-        .map(super::linkage::Linkage::new)
-        .collect();
-    udfs(spec, identity)
-        .into_iter()
-        .chain(super::linkage::udfs(&linkages))
-        .collect()
-}
-
-/// Rebuilds the functions [`register_udfs`] registers from the settings
-/// they carry; `None` when `state` is not such settings.
-pub fn functions_from_state(state: &[u8]) -> Option<Vec<ScalarUDF>> {
-    let (spec, identity): (ResolveSpec, BTreeMap<String, Vec<String>>) =
-        serde_json::from_slice(state).ok()?;
-    Some(settings_udfs(&spec, &identity))
 }
 
 /// Fuzzy candidates against one side (as [`exact_pairs`]). The band keys
@@ -1115,59 +714,6 @@ fn split_by_score(b: &RecordBatch) -> Result<(RecordBatch, RecordBatch), DataFus
         arrow::compute::filter_record_batch(b, &is_one)?,
         arrow::compute::filter_record_batch(b, &others)?,
     ))
-}
-
-pub(super) fn decode_pairs(
-    b: &RecordBatch,
-    kind: Kind,
-    is_mention: bool,
-    out: &mut Vec<Pair>,
-) -> Result<(), DataFusionError> {
-    let int = |i: usize| -> Result<Int64Array, DataFusionError> {
-        let a = arrow::compute::cast(b.column(i), &DataType::Int64)?;
-        Ok(a.as_primitive::<arrow::datatypes::Int64Type>().clone())
-    };
-    let (mention, target, n) = (int(0)?, int(1)?, int(3)?);
-    let score = arrow::compute::cast(b.column(2), &DataType::Float64)?;
-    let score = score.as_primitive::<arrow::datatypes::Float64Type>();
-    let names = strings(b.column(4))?;
-    let names = names.as_string::<i32>();
-    let labels = string_lists(b.column(5))?;
-    let labels = labels.as_list::<i32>();
-    let ids = string_lists(b.column(6))?;
-    let ids = ids.as_list::<i32>();
-    for i in 0..b.num_rows() {
-        let chain: Vec<String> = if labels.is_null(i) {
-            Vec::new()
-        } else {
-            let l = labels.value(i);
-            let l = l.as_string::<i32>();
-            l.iter().skip(1).flatten().map(str::to_string).collect()
-        };
-        let identity: Vec<String> = if ids.is_null(i) {
-            Vec::new()
-        } else {
-            let l = ids.value(i);
-            let l = l.as_string::<i32>();
-            l.iter().flatten().map(str::to_string).collect()
-        };
-        let t = target.value(i);
-        out.push(Pair {
-            mention: mention.value(i) as usize,
-            target: if is_mention {
-                Target::Mention(t as usize)
-            } else {
-                Target::Node(t)
-            },
-            kind,
-            score: score.value(i),
-            count: n.value(i),
-            name: names.value(i).to_string(),
-            chain,
-            identity,
-        });
-    }
-    Ok(())
 }
 
 /// A mention the rules could not settle: the LLM may pick one of the
@@ -1373,6 +919,38 @@ impl Clusters {
     ///    pair) never link: a mention whose cluster still has no committed
     ///    node and that is not open is left open with them as the options.
     pub fn apply(&mut self, pairs: &[Pair], spec: &ResolveSpec) -> Vec<Ambiguity> {
+        self.count_pairs(pairs);
+        // Each mention's pairs, in mention order and, within a mention, in
+        // the order given. Candidates come sorted by mention, so the
+        // stable sort only checks that (a map of a million lists cost a
+        // tenth of a second and as many allocations).
+        let mut sorted: Vec<&Pair> = pairs.iter().collect();
+        sorted.sort_by_key(|p| p.mention);
+        let by_mention: Vec<(usize, &[&Pair])> = sorted
+            .chunk_by(|a, b| a.mention == b.mention)
+            .map(|list| (list[0].mention, list))
+            .collect();
+        let mut open = self.link_to_nodes(&by_mention, spec);
+        self.link_mentions(pairs, spec, &mut open);
+        // A grey-band pair whose ends ended up together is settled.
+        // Options that could no longer be linked (same cluster already, or
+        // two committed nodes / sibling chains) are dropped, and with them
+        // mentions left without options: no call is spent on them.
+        for a in open.values_mut() {
+            let m = a.mention;
+            a.options.retain(|p| self.could_join(m, p));
+        }
+        open.retain(|_, a| !a.options.is_empty());
+        if spec.partial_names {
+            self.link_partial_names(&by_mention, &mut open);
+        }
+        self.propose(&by_mention, &mut open);
+        self.stats.ambiguous = open.len();
+        open.into_values().collect()
+    }
+
+    /// Counts the candidate pairs by kind into the stats.
+    fn count_pairs(&mut self, pairs: &[Pair]) {
         let mut counts = [0usize; 8];
         for p in pairs {
             counts[p.kind as usize] += 1;
@@ -1395,66 +973,18 @@ impl Clusters {
                 *self.stats.pairs.entry(name).or_default() += n;
             }
         }
-        // Each mention's pairs, in mention order and, within a mention, in
-        // the order given. Candidates come sorted by mention, so the
-        // stable sort only checks that (a map of a million lists cost a
-        // tenth of a second and as many allocations).
-        let mut sorted: Vec<&Pair> = pairs.iter().collect();
-        sorted.sort_by_key(|p| p.mention);
-        let by_mention: Vec<(usize, &[&Pair])> = sorted
-            .chunk_by(|a, b| a.mention == b.mention)
-            .map(|list| (list[0].mention, list))
-            .collect();
+    }
+
+    /// Rule 1 of [`Clusters::apply`], against committed nodes: links each
+    /// mention its pairs decide and returns the mentions left open.
+    fn link_to_nodes(
+        &mut self,
+        by_mention: &[(usize, &[&Pair])],
+        spec: &ResolveSpec,
+    ) -> BTreeMap<usize, Ambiguity> {
         let mut open: BTreeMap<usize, Ambiguity> = BTreeMap::new();
-        // 1. Against committed nodes.
-        for &(m, list) in &by_mention {
-            let nodes = |kind: Kind, min: f64| -> Vec<&Pair> {
-                let mut seen = BTreeSet::new();
-                list.iter()
-                    .copied()
-                    .filter(|p| matches!(p.target, Target::Node(_)))
-                    .filter(|p| p.kind == kind && p.score >= min)
-                    .filter(|p| seen.insert(p.target))
-                    .collect()
-            };
-            let mut linked = nodes(Kind::Linked, 0.0);
-            let link_grey = nodes(Kind::LinkGrey, 0.0);
-            let decided = if !linked.is_empty() || !link_grey.is_empty() {
-                // Linked types: the best score at or above the threshold
-                // wins when it beats the rest; ties and grey-band scores
-                // stay open.
-                linked.sort_by(|a, b| b.score.total_cmp(&a.score));
-                match linked.as_slice() {
-                    [best] => Ok(Some(*best)),
-                    [best, next, ..] if best.score > next.score => Ok(Some(*best)),
-                    [] => Err((link_grey, "only grey-band record scores")),
-                    _ => Err((linked, "several records score alike")),
-                }
-            } else {
-                let identity = nodes(Kind::Identity, 0.0);
-                let names = nodes(Kind::Name, 0.0);
-                let high = nodes(Kind::Fuzzy, spec.fuzzy_merge_threshold);
-                let grey: Vec<&Pair> = nodes(Kind::Fuzzy, 0.0)
-                    .into_iter()
-                    .filter(|p| p.score < spec.fuzzy_merge_threshold)
-                    .collect();
-                match (identity.len(), names.len(), high.len()) {
-                    (1, _, _) if names.iter().all(|n| n.target == identity[0].target) => {
-                        Ok(Some(identity[0]))
-                    }
-                    (0, 1, _) => Ok(Some(names[0])),
-                    (0, 0, 1) => Ok(Some(high[0])),
-                    (0, 0, 0) if grey.is_empty() => Ok(None),
-                    (0, 0, 0) => Err((grey, "only grey-band candidates")),
-                    (0, 0, _) => Err((high, "several similar names")),
-                    (0, _, _) => Err((names, "several nodes with this name")),
-                    _ => Err((
-                        identity.into_iter().chain(names).collect(),
-                        "identity and name disagree",
-                    )),
-                }
-            };
-            match decided {
+        for &(m, list) in by_mention {
+            match node_decision(list, spec) {
                 Ok(Some(p)) => {
                     self.join(m, p);
                 }
@@ -1472,9 +1002,18 @@ impl Clusters {
                 }
             }
         }
-        // 2. Between mentions, strongest kinds first. A mention waiting for
-        // adjudication against committed nodes is not pulled into a
-        // cluster on the side.
+        open
+    }
+
+    /// Rule 2 of [`Clusters::apply`], between mentions, strongest kinds
+    /// first. A mention waiting for adjudication against committed nodes
+    /// (in `open`) is not pulled into a cluster on the side.
+    fn link_mentions(
+        &mut self,
+        pairs: &[Pair],
+        spec: &ResolveSpec,
+        open: &mut BTreeMap<usize, Ambiguity>,
+    ) {
         let waiting: BTreeSet<usize> = open.keys().copied().collect();
         // Record-linkage pairs join best first, so where the cluster
         // rules refuse a link (two committed nodes) the stronger one stood.
@@ -1515,64 +1054,63 @@ impl Clusters {
                 }
             }
         }
-        // A grey-band pair whose ends ended up together is settled.
-        // Options that could no longer be linked (same cluster already, or
-        // two committed nodes / sibling chains) are dropped, and with them
-        // mentions left without options: no call is spent on them.
-        for a in open.values_mut() {
-            let m = a.mention;
-            a.options.retain(|p| self.could_join(m, p));
-        }
-        open.retain(|_, a| !a.options.is_empty());
-        // 3. Partial names.
-        if spec.partial_names {
-            for &(m, list) in &by_mention {
-                let partial: Vec<&Pair> = list
-                    .iter()
-                    .copied()
-                    .filter(|p| p.kind == Kind::Partial)
-                    .collect();
-                if partial.is_empty() || open.contains_key(&m) {
+    }
+
+    /// Rule 3 of [`Clusters::apply`], partial names.
+    fn link_partial_names(
+        &mut self,
+        by_mention: &[(usize, &[&Pair])],
+        open: &mut BTreeMap<usize, Ambiguity>,
+    ) {
+        for &(m, list) in by_mention {
+            let partial: Vec<&Pair> = list
+                .iter()
+                .copied()
+                .filter(|p| p.kind == Kind::Partial)
+                .collect();
+            if partial.is_empty() || open.contains_key(&m) {
+                continue;
+            }
+            let root = self.find(m);
+            if self.committed[root].is_some() || self.multiword[root] {
+                continue;
+            }
+            let mut roots = BTreeSet::new();
+            let mut crowded = false;
+            for p in &partial {
+                if p.count > 1 {
+                    crowded = true;
                     continue;
                 }
-                let root = self.find(m);
-                if self.committed[root].is_some() || self.multiword[root] {
-                    continue;
-                }
-                let mut roots = BTreeSet::new();
-                let mut crowded = false;
-                for p in &partial {
-                    if p.count > 1 {
-                        crowded = true;
-                        continue;
-                    }
-                    let e = self.entity(p.target, &p.chain, &p.identity);
-                    let r = self.find(e);
-                    if r != root {
-                        roots.insert(r);
-                    }
-                }
-                if roots.len() == 1 && !crowded {
-                    let p = partial[0];
-                    self.join(m, p);
-                } else if !roots.is_empty() || crowded {
-                    open.insert(
-                        m,
-                        Ambiguity {
-                            mention: m,
-                            options: partial.iter().map(|p| (*p).clone()).collect(),
-                            reason: "a first name shared by several",
-                        },
-                    );
+                let e = self.entity(p.target, &p.chain, &p.identity);
+                let r = self.find(e);
+                if r != root {
+                    roots.insert(r);
                 }
             }
+            if roots.len() == 1 && !crowded {
+                let p = partial[0];
+                self.join(m, p);
+            } else if !roots.is_empty() || crowded {
+                open.insert(
+                    m,
+                    Ambiguity {
+                        mention: m,
+                        options: partial.iter().map(|p| (*p).clone()).collect(),
+                        reason: "a first name shared by several",
+                    },
+                );
+            }
         }
-        // 4. Embedding neighbours and shorter names are proposals for
-        // mentions no rule placed (no committed node in their cluster, not
-        // open already); a pair of two such mentions is asked about once,
-        // and not again when an earlier rule left one open about the other
-        // ("Brightline Systems" open about the grey-band "Brightline
-        // System", which extends to it in the plural).
+    }
+
+    /// Rule 4 of [`Clusters::apply`]: embedding neighbours and shorter
+    /// names are proposals for mentions no rule placed (no committed node
+    /// in their cluster, not open already); a pair of two such mentions is
+    /// asked about once, and not again when an earlier rule left one open
+    /// about the other ("Brightline Systems" open about the grey-band
+    /// "Brightline System", which extends to it in the plural).
+    fn propose(&mut self, by_mention: &[(usize, &[&Pair])], open: &mut BTreeMap<usize, Ambiguity>) {
         let mut asked: BTreeSet<(usize, usize)> = open
             .values()
             .flat_map(|a| {
@@ -1582,7 +1120,7 @@ impl Clusters {
                 })
             })
             .collect();
-        for &(m, list) in &by_mention {
+        for &(m, list) in by_mention {
             if open.contains_key(&m) {
                 continue;
             }
@@ -1622,8 +1160,6 @@ impl Clusters {
                 },
             );
         }
-        self.stats.ambiguous = open.len();
-        open.into_values().collect()
     }
 
     fn find_const(&self, mut x: usize) -> usize {
@@ -1682,6 +1218,58 @@ impl Clusters {
             committed,
             stats: self.stats,
         }
+    }
+}
+
+/// What rule 1 of [`Clusters::apply`] makes of one mention's pairs against
+/// committed nodes: the pair that decides (or none), or the options that
+/// leave it open and why.
+type NodeDecision<'p> = Result<Option<&'p Pair>, (Vec<&'p Pair>, &'static str)>;
+
+/// Rule 1 of [`Clusters::apply`] for one mention's pairs (`list`).
+fn node_decision<'p>(list: &[&'p Pair], spec: &ResolveSpec) -> NodeDecision<'p> {
+    let nodes = |kind: Kind, min: f64| -> Vec<&'p Pair> {
+        let mut seen = BTreeSet::new();
+        list.iter()
+            .copied()
+            .filter(|p| matches!(p.target, Target::Node(_)))
+            .filter(|p| p.kind == kind && p.score >= min)
+            .filter(|p| seen.insert(p.target))
+            .collect()
+    };
+    let mut linked = nodes(Kind::Linked, 0.0);
+    let link_grey = nodes(Kind::LinkGrey, 0.0);
+    if !linked.is_empty() || !link_grey.is_empty() {
+        // Linked types: the best score at or above the threshold
+        // wins when it beats the rest; ties and grey-band scores
+        // stay open.
+        linked.sort_by(|a, b| b.score.total_cmp(&a.score));
+        return match linked.as_slice() {
+            [best] => Ok(Some(*best)),
+            [best, next, ..] if best.score > next.score => Ok(Some(*best)),
+            [] => Err((link_grey, "only grey-band record scores")),
+            _ => Err((linked, "several records score alike")),
+        };
+    }
+    let identity = nodes(Kind::Identity, 0.0);
+    let names = nodes(Kind::Name, 0.0);
+    let high = nodes(Kind::Fuzzy, spec.fuzzy_merge_threshold);
+    let grey: Vec<&Pair> = nodes(Kind::Fuzzy, 0.0)
+        .into_iter()
+        .filter(|p| p.score < spec.fuzzy_merge_threshold)
+        .collect();
+    match (identity.len(), names.len(), high.len()) {
+        (1, _, _) if names.iter().all(|n| n.target == identity[0].target) => Ok(Some(identity[0])),
+        (0, 1, _) => Ok(Some(names[0])),
+        (0, 0, 1) => Ok(Some(high[0])),
+        (0, 0, 0) if grey.is_empty() => Ok(None),
+        (0, 0, 0) => Err((grey, "only grey-band candidates")),
+        (0, 0, _) => Err((high, "several similar names")),
+        (0, _, _) => Err((names, "several nodes with this name")),
+        _ => Err((
+            identity.into_iter().chain(names).collect(),
+            "identity and name disagree",
+        )),
     }
 }
 

@@ -29,15 +29,14 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{
-    Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, list_of, materialize, string_lists,
-    strings,
+use super::compare::similarity;
+use super::mentions::{
+    Kind, MENTIONS_TABLE, MentionKey, Pair, decode_pairs, list_of, string_lists, strings,
 };
 use super::probabilistic::{self, Model, NULL_LEVEL};
-use crate::spec::resolve::{
-    CompareMethod, CompareSpec, LinkageModel, LinkageSpec, parse_block_key,
-};
-use crate::text::{name_similarity, normalize_name};
+use crate::scratch::materialize;
+use crate::spec::resolve::{CompareSpec, LinkageModel, LinkageSpec, parse_block_key};
+use crate::text::normalize_name;
 
 /// One `[[resolve.linkage]]`, ready to key and score.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,59 +210,6 @@ fn value(name: &str, attributes: &Map<String, Value>, field: &str) -> Option<Str
         }
     };
     (!v.is_empty()).then_some(v)
-}
-
-/// The similarity of two values under `method`, in 0..=1 (the README's
-/// "Record linkage" table says what each does).
-pub fn similarity(method: CompareMethod, a: &str, b: &str) -> f64 {
-    let hit = |same: bool| if same { 1.0 } else { 0.0 };
-    match method {
-        CompareMethod::Exact => hit(a.trim() == b.trim()),
-        CompareMethod::Folded => hit(normalize_name(a) == normalize_name(b)),
-        CompareMethod::Name => {
-            let (x, y) = (normalize_name(a), normalize_name(b));
-            if x == y {
-                return 1.0;
-            }
-            let words = |s: &str| {
-                let mut w: Vec<String> = s.split(' ').map(str::to_string).collect();
-                w.sort();
-                w
-            };
-            if words(&x) == words(&y) {
-                return 1.0;
-            }
-            strsim::jaro_winkler(&x, &y)
-        }
-        CompareMethod::Text => name_similarity(&normalize_name(a), &normalize_name(b)),
-        CompareMethod::Date => match (date_digits(a), date_digits(b)) {
-            (Some(x), Some(y)) if x == y => 1.0,
-            (Some(x), Some(y)) => strsim::normalized_levenshtein(&x, &y),
-            _ => 0.0,
-        },
-        CompareMethod::Code => {
-            strsim::normalized_levenshtein(&normalize_name(a), &normalize_name(b))
-        }
-        CompareMethod::Number => match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
-            (Ok(x), Ok(y)) if x == y => 1.0,
-            (Ok(x), Ok(y)) if x.is_finite() && y.is_finite() => {
-                (1.0 - (x - y).abs() / x.abs().max(y.abs())).max(0.0)
-            }
-            _ => 0.0,
-        },
-    }
-}
-
-/// The eight digits `YYYYMMDD` of a date written `YYYY-MM-DD`, `YYYYMMDD`
-/// or as an RFC 3339 time.
-pub(super) fn date_digits(s: &str) -> Option<String> {
-    let s = s.trim();
-    let head = if s.len() >= 10 && s.as_bytes()[4] == b'-' {
-        s.get(..10)?.replace('-', "")
-    } else {
-        s.to_string()
-    };
-    (head.len() == 8 && head.bytes().all(|b| b.is_ascii_digit())).then_some(head)
 }
 
 /// The index of the first rule whose type is among `types` (a row's
@@ -821,13 +767,64 @@ async fn train(
     rows: &[Option<LinkedRow>],
 ) -> Result<Vec<Linkage>, DataFusionError> {
     let started = std::time::Instant::now();
-    let m = MENTIONS_TABLE;
     // The candidates of a sample of whole mentions, each count scaled
     // back up: the estimates stay those of all candidates, and training
     // stops growing with the run past TRAINING_MENTIONS.
     let linked = rows.iter().flatten().count() as u64;
     let every = linked.div_ceil(TRAINING_MENTIONS).max(1);
-    let mut counts: Vec<Vec<(u64, u64)>> = vec![Vec::new(); linkages.len()];
+    let counts = pattern_counts(ctx, nodes, linkages.len(), every, started).await?;
+    // Committed nodes per rule, and a sample of them for u.
+    let node_counts = linkage_node_counts(ctx, nodes, linkages.len()).await?;
+    let mut mention_rows: Vec<Vec<&LinkedRow>> = vec![Vec::new(); linkages.len()];
+    for r in rows.iter().flatten() {
+        mention_rows[r.at].push(r);
+    }
+    let pools = u_pools(ctx, nodes, linkages, &mention_rows, &node_counts).await?;
+    let mut trained = linkages.to_vec();
+    for (i, l) in linkages.iter().enumerate() {
+        if !l.is_probabilistic() {
+            continue;
+        }
+        let (nm, nn) = (mention_rows[i].len() as f64, node_counts[i] as f64);
+        let total_pairs = nm * nn + nm * (nm - 1.0).max(0.0) / 2.0;
+        tracing::debug!(
+            "linkage training: pools at {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        let u = probabilistic::estimate_u(&l.compare, &pools[i], l.u_sample_pairs);
+        tracing::debug!(
+            "linkage training: u at {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        let model = probabilistic::expectation_maximisation(
+            &l.compare,
+            &counts[i],
+            u,
+            total_pairs,
+            nm / 2.0,
+        );
+        log_model(l, &counts[i], every, pools[i].len(), &model);
+        trained[i] = l.with_model(model);
+    }
+    tracing::debug!(
+        "linkage training took {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(trained)
+}
+
+/// Per rule (of `rules`), the level patterns of the candidate pairs of 1
+/// in `every` linked mentions, against the run's mentions and `nodes`,
+/// each with its count scaled back up.
+async fn pattern_counts(
+    ctx: &SessionContext,
+    nodes: &str,
+    rules: usize,
+    every: u64,
+    started: std::time::Instant,
+) -> Result<Vec<Vec<(u64, u64)>>, DataFusionError> {
+    let m = MENTIONS_TABLE;
+    let mut counts: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rules];
     for (sql, side) in [
         (
             format!(
@@ -874,7 +871,15 @@ async fn train(
             }
         }
     }
-    // Committed nodes per rule, and a sample of them for u.
+    Ok(counts)
+}
+
+/// The committed nodes of `nodes` per rule (of `rules`).
+async fn linkage_node_counts(
+    ctx: &SessionContext,
+    nodes: &str,
+    rules: usize,
+) -> Result<Vec<usize>, DataFusionError> {
     let batches = collect(
         ctx,
         &format!(
@@ -884,7 +889,7 @@ async fn train(
         || format!("counting the record-linkage nodes of {nodes}"),
     )
     .await?;
-    let mut node_counts = vec![0usize; linkages.len()];
+    let mut node_counts = vec![0usize; rules];
     for b in &batches {
         let (r, n) = (ids(b.column(0))?, ids(b.column(1))?);
         for (r, n) in r.iter().zip(n.iter()) {
@@ -895,10 +900,19 @@ async fn train(
             }
         }
     }
-    let mut mention_rows: Vec<Vec<&LinkedRow>> = vec![Vec::new(); linkages.len()];
-    for r in rows.iter().flatten() {
-        mention_rows[r.at].push(r);
-    }
+    Ok(node_counts)
+}
+
+/// Per rule, the records u is estimated from: a sample of the run's
+/// mentions of it (`mention_rows`) and of its committed nodes
+/// (`node_counts` of them in `nodes`), at most [`U_POOL`] in all.
+async fn u_pools(
+    ctx: &SessionContext,
+    nodes: &str,
+    linkages: &[Linkage],
+    mention_rows: &[Vec<&LinkedRow>],
+    node_counts: &[usize],
+) -> Result<Vec<Vec<Vec<Option<String>>>>, DataFusionError> {
     // Mentions fill half of the pool, or more when there are few nodes.
     let takes: Vec<(usize, usize)> = (0..linkages.len())
         .map(|i| {
@@ -951,62 +965,38 @@ async fn train(
             }
         }
     }
-    let mut trained = linkages.to_vec();
-    for (i, l) in linkages.iter().enumerate() {
-        if !l.is_probabilistic() {
-            continue;
-        }
-        let (nm, nn) = (mention_rows[i].len() as f64, node_counts[i] as f64);
-        let total_pairs = nm * nn + nm * (nm - 1.0).max(0.0) / 2.0;
-        tracing::debug!(
-            "linkage training: pools at {:.2} s",
-            started.elapsed().as_secs_f64()
-        );
-        let u = probabilistic::estimate_u(&l.compare, &pools[i], l.u_sample_pairs);
-        tracing::debug!(
-            "linkage training: u at {:.2} s",
-            started.elapsed().as_secs_f64()
-        );
-        let model = probabilistic::expectation_maximisation(
-            &l.compare,
-            &counts[i],
-            u,
-            total_pairs,
-            nm / 2.0,
-        );
-        tracing::info!(
-            "linkage {}: probabilistic model from {} candidate pairs{} ({} level patterns) and {} records for u; \
-             EM {} rounds, {:.0} matches expected, prior {:.3e}",
-            l.entity_type,
-            counts[i].iter().map(|(_, n)| n).sum::<u64>(),
-            if every > 1 {
-                format!(" (counted on the pairs of 1 in {every} mentions)")
-            } else {
-                String::new()
-            },
-            counts[i].len(),
-            pools[i].len(),
-            model.rounds,
-            model.expected_matches,
-            model.prior
-        );
-        for (c, spec) in l.compare.iter().enumerate() {
-            tracing::debug!(
-                "linkage {} {} ({:?}): m {:?} u {:?}",
-                l.entity_type,
-                spec.field,
-                spec.method,
-                model.m[c],
-                model.u[c]
-            );
-        }
-        trained[i] = l.with_model(model);
-    }
-    tracing::debug!(
-        "linkage training took {:.2} s",
-        started.elapsed().as_secs_f64()
+    Ok(pools)
+}
+
+/// Logs the model trained for `l` from `counts` (of the pairs of 1 in
+/// `every` mentions) and `pool` records for u.
+fn log_model(l: &Linkage, counts: &[(u64, u64)], every: u64, pool: usize, model: &Model) {
+    tracing::info!(
+        "linkage {}: probabilistic model from {} candidate pairs{} ({} level patterns) and {} records for u; \
+         EM {} rounds, {:.0} matches expected, prior {:.3e}",
+        l.entity_type,
+        counts.iter().map(|(_, n)| n).sum::<u64>(),
+        if every > 1 {
+            format!(" (counted on the pairs of 1 in {every} mentions)")
+        } else {
+            String::new()
+        },
+        counts.len(),
+        pool,
+        model.rounds,
+        model.expected_matches,
+        model.prior
     );
-    Ok(trained)
+    for (c, spec) in l.compare.iter().enumerate() {
+        tracing::debug!(
+            "linkage {} {} ({:?}): m {:?} u {:?}",
+            l.entity_type,
+            spec.field,
+            spec.method,
+            model.m[c],
+            model.u[c]
+        );
+    }
 }
 
 #[cfg(test)]
@@ -1062,7 +1052,7 @@ mod tests {
 
     #[test]
     fn comparisons_score_typos_dates_and_numbers_by_their_documented_rules() {
-        use CompareMethod::*;
+        use crate::spec::resolve::CompareMethod::*;
         assert_eq!(similarity(Name, "Priya Raman", "RAMAN, Priya"), 1.0);
         let jw = similarity(Name, "jonathan", "jonathon");
         assert!(jw > 0.9 && jw < 1.0, "{jw}");

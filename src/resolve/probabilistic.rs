@@ -26,7 +26,7 @@
 
 use rayon::prelude::*;
 
-use super::linkage::similarity;
+use super::compare::{date_digits, similarity};
 use crate::spec::resolve::{CompareMethod, CompareSpec};
 use crate::text::normalize_name;
 
@@ -88,8 +88,9 @@ pub fn level(c: &CompareSpec, a: &str, b: &str) -> u64 {
         CompareMethod::Text => first(similarity(c.method, a, b), &[1.0, 0.7, 0.5]),
         CompareMethod::Date | CompareMethod::Code => {
             let fold = |s: &str| match c.method {
-                CompareMethod::Date => super::linkage::date_digits(s)
-                    .unwrap_or_else(|| normalize_name(s).replace(' ', "")),
+                CompareMethod::Date => {
+                    date_digits(s).unwrap_or_else(|| normalize_name(s).replace(' ', ""))
+                }
                 _ => normalize_name(s).replace(' ', ""),
             };
             let (x, y) = (fold(a), fold(b));

@@ -31,8 +31,10 @@ use arrow::array::{Array, AsArray, StringArray};
 use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 
-use super::entities::{compatible, string_lists, strings};
+use super::entities::compatible;
+use super::mentions::{string_lists, strings};
 use super::stage::RunMention;
+use super::udfs::register_udfs;
 use super::{ResolveSpec, fold_suffixes, normalize_name};
 
 /// Scratch table of the run's folded text names.
@@ -231,7 +233,7 @@ async fn committed_chains(
 ) -> Result<Vec<((String, String), CommittedNode)>, DataFusionError> {
     // `fold_name` folds the committed names as the Rust side folded the
     // run's (entity resolution registers the full set again later).
-    super::entities::register_udfs(ctx, spec, &BTreeMap::new());
+    register_udfs(ctx, spec, &BTreeMap::new());
     let names: Vec<&str> = names.into_iter().collect();
     crate::scratch::register_column(ctx, RUN_NAMES, "folded", Arc::new(StringArray::from(names)))
         .await?;

@@ -14,11 +14,13 @@ use chrono::Utc;
 use datafusion::prelude::SessionContext;
 use serde_json::{Map, Value};
 
-use super::entities::{MentionKey, Resolved, identity_properties, resolve_entities};
+use super::entities::{Resolved, identity_properties, resolve_entities};
 use super::facts::{
-    EdgeRef, Withdrawn, apply_contradictions, apply_withdrawals, contradiction_candidates,
+    EdgeRef, FactResolution, Withdrawn, apply_contradictions, apply_withdrawals,
+    contradiction_candidates,
 };
 use super::judge::{AdjudicationCase, ContradictionCase, JudgeFailure, SummaryCase};
+use super::mentions::{MentionKey, strings};
 use super::{ResolveSpec, normalize_name};
 use crate::extract::{FactMention, Mention};
 use crate::llm::LlmClient;
@@ -512,61 +514,21 @@ async fn resolve_edges(
     // July") ends the mover's live facts of the family with other things
     // of that kind that started before it, as a judge's verdict would.
     if !stated.moved.is_empty() {
-        let moves = |new: &EdgeRow, older: &EdgeRow| {
-            let (to, from) = if stated.moved.contains(&new.edge_id) {
-                (new, older)
-            } else if stated.moved.contains(&older.edge_id) {
-                (older, new)
-            } else {
-                return false;
-            };
-            let start = |e: &EdgeRow| e.valid_at.unwrap_or(e.created_at);
-            same_kind(to, from) && start(from) < start(to)
-        };
-        let found = contradiction_candidates(
+        end_stated_moves(
+            cx,
             edges,
-            &committed_edges,
-            functional,
+            &mut committed_edges,
             &family,
-            &moves,
-            usize::MAX,
-        );
-        let pairs: Vec<(usize, EdgeRef)> = found
-            .into_iter()
-            .flat_map(|(i, left)| left.into_iter().map(move |r| (i, r)))
-            .collect();
-        let before = facts.invalidated;
-        apply_contradictions(edges, &mut committed_edges, &pairs, cx.now, &mut facts);
-        tracing::info!(
-            "moves the episodes state ended {} facts",
-            facts.invalidated - before
+            &same_kind,
+            stated,
+            &mut facts,
         );
     }
     // A record's end for every relationship of a type ("last_day" of a
     // leaver for their on-call shifts) ends those of its node that
     // started before it, whichever episode stated them.
     if !stated.withdrawn.is_empty() {
-        let before = facts.invalidated;
-        // An edge of unknown start held when its episode was written; a
-        // committed one is taken to have started before the end.
-        let started = |e: &EdgeRow| {
-            e.valid_at
-                .or_else(|| stated.seen_at.get(&e.edge_id).copied())
-        };
-        apply_withdrawals(
-            edges,
-            &mut committed_edges,
-            &stated.withdrawn,
-            &is_a,
-            &started,
-            cx.now,
-            &mut facts,
-        );
-        tracing::info!(
-            "{} ends stated for every relationship of a type ended {} facts",
-            stated.withdrawn.len(),
-            facts.invalidated - before
-        );
+        end_withdrawn(cx, edges, &mut committed_edges, &is_a, stated, &mut facts);
     }
     let open = if rs.judge_contradictions {
         let replaceable = |new: &EdgeRow, older: &EdgeRow| {
@@ -584,42 +546,8 @@ async fn resolve_edges(
         Vec::new()
     };
     if !open.is_empty() {
-        let cases: Vec<ContradictionCase> = open
-            .iter()
-            .map(|(i, others)| {
-                let e = &edges[*i];
-                let since = |v: Option<chrono::DateTime<chrono::Utc>>| {
-                    v.map(|v| format!(" (from {})", v.date_naive()))
-                        .unwrap_or_default()
-                };
-                let dated = |r: &EdgeRef| {
-                    let older = r.row(edges, &committed_edges);
-                    format!("{}{}", older.fact, since(older.valid_at))
-                };
-                ContradictionCase {
-                    fact: format!("{}{}", e.fact, since(e.valid_at)),
-                    existing: others.iter().map(dated).collect(),
-                    text: e.episode_ids.first().and_then(|ep| {
-                        contexts
-                            .get(&(e.target_node_id.as_str(), ep.as_str()))
-                            .map(|t| t.to_string())
-                    }),
-                }
-            })
-            .collect();
-        let (verdicts, fails) = crate::resolve::judge::contradictions(
-            cx.client,
-            rs.contradiction_batch_size,
-            cx.concurrency,
-            &cases,
-        )
-        .await;
-        let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
-        for (case, picked) in verdicts {
-            let (i, others) = &open[case];
-            pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
-        }
-        pairs.sort();
+        let (pairs, fails) =
+            judge_contradictions(cx, edges, &committed_edges, &open, contexts).await;
         apply_contradictions(edges, &mut committed_edges, &pairs, cx.now, &mut facts);
         out.failures
             .extend(fails.iter().map(|f| f.to_row(cx.run_id, cx.now)));
@@ -627,6 +555,133 @@ async fn resolve_edges(
     out.duplicates = facts.duplicates;
     out.invalidated = facts.invalidated;
     Ok((committed_edges, facts.changed_committed))
+}
+
+/// Ends what a move the text states ends: the mover's live facts of the
+/// family with other things of the kind (`same_kind`) that started before
+/// it, as a judge's verdict would.
+fn end_stated_moves(
+    cx: &StageContext<'_>,
+    edges: &mut [EdgeRow],
+    committed_edges: &mut [EdgeRow],
+    family: &dyn Fn(&str) -> String,
+    same_kind: &dyn Fn(&EdgeRow, &EdgeRow) -> bool,
+    stated: &Stated,
+    facts: &mut FactResolution,
+) {
+    let functional = &cx.spec.functional_edge_types;
+    let moves = |new: &EdgeRow, older: &EdgeRow| {
+        let (to, from) = if stated.moved.contains(&new.edge_id) {
+            (new, older)
+        } else if stated.moved.contains(&older.edge_id) {
+            (older, new)
+        } else {
+            return false;
+        };
+        let start = |e: &EdgeRow| e.valid_at.unwrap_or(e.created_at);
+        same_kind(to, from) && start(from) < start(to)
+    };
+    let found = contradiction_candidates(
+        edges,
+        committed_edges,
+        functional,
+        family,
+        &moves,
+        usize::MAX,
+    );
+    let pairs: Vec<(usize, EdgeRef)> = found
+        .into_iter()
+        .flat_map(|(i, left)| left.into_iter().map(move |r| (i, r)))
+        .collect();
+    let before = facts.invalidated;
+    apply_contradictions(edges, committed_edges, &pairs, cx.now, facts);
+    tracing::info!(
+        "moves the episodes state ended {} facts",
+        facts.invalidated - before
+    );
+}
+
+/// Ends the relationships of a type that a record's end stated for all of
+/// them ends: those of its node that started before it.
+fn end_withdrawn(
+    cx: &StageContext<'_>,
+    edges: &mut [EdgeRow],
+    committed_edges: &mut [EdgeRow],
+    is_a: &dyn Fn(&str, &str) -> bool,
+    stated: &Stated,
+    facts: &mut FactResolution,
+) {
+    let before = facts.invalidated;
+    // An edge of unknown start held when its episode was written; a
+    // committed one is taken to have started before the end.
+    let started = |e: &EdgeRow| {
+        e.valid_at
+            .or_else(|| stated.seen_at.get(&e.edge_id).copied())
+    };
+    apply_withdrawals(
+        edges,
+        committed_edges,
+        &stated.withdrawn,
+        is_a,
+        &started,
+        cx.now,
+        facts,
+    );
+    tracing::info!(
+        "{} ends stated for every relationship of a type ended {} facts",
+        stated.withdrawn.len(),
+        facts.invalidated - before
+    );
+}
+
+/// Asks the judge which older facts each open new fact (`open`: the new
+/// edge's index and its candidates) replaces: the pairs to end, in order,
+/// and the calls that failed.
+async fn judge_contradictions(
+    cx: &StageContext<'_>,
+    edges: &[EdgeRow],
+    committed_edges: &[EdgeRow],
+    open: &[(usize, Vec<EdgeRef>)],
+    contexts: &HashMap<(&str, &str), &str>,
+) -> (Vec<(usize, EdgeRef)>, Vec<JudgeFailure>) {
+    let rs = cx.spec;
+    let cases: Vec<ContradictionCase> = open
+        .iter()
+        .map(|(i, others)| {
+            let e = &edges[*i];
+            let since = |v: Option<chrono::DateTime<chrono::Utc>>| {
+                v.map(|v| format!(" (from {})", v.date_naive()))
+                    .unwrap_or_default()
+            };
+            let dated = |r: &EdgeRef| {
+                let older = r.row(edges, committed_edges);
+                format!("{}{}", older.fact, since(older.valid_at))
+            };
+            ContradictionCase {
+                fact: format!("{}{}", e.fact, since(e.valid_at)),
+                existing: others.iter().map(dated).collect(),
+                text: e.episode_ids.first().and_then(|ep| {
+                    contexts
+                        .get(&(e.target_node_id.as_str(), ep.as_str()))
+                        .map(|t| t.to_string())
+                }),
+            }
+        })
+        .collect();
+    let (verdicts, fails) = crate::resolve::judge::contradictions(
+        cx.client,
+        rs.contradiction_batch_size,
+        cx.concurrency,
+        &cases,
+    )
+    .await;
+    let mut pairs: Vec<(usize, EdgeRef)> = Vec::new();
+    for (case, picked) in verdicts {
+        let (i, others) = &open[case];
+        pairs.extend(picked.into_iter().map(|j| (*i, others[j])));
+    }
+    pairs.sort();
+    (pairs, fails)
 }
 
 /// The type a node of `chain` is stored with: its last type, or the
@@ -837,8 +892,8 @@ async fn committed_types(
     let mut types = HashMap::new();
     for b in &batches {
         // The reader may hand out string views: cast to plain strings.
-        let ids = super::entities::strings(b.column(0)).map_err(step(what))?;
-        let kinds = super::entities::strings(b.column(1)).map_err(step(what))?;
+        let ids = strings(b.column(0)).map_err(step(what))?;
+        let kinds = strings(b.column(1)).map_err(step(what))?;
         let (ids, kinds) = (ids.as_string::<i32>(), kinds.as_string::<i32>());
         for r in 0..b.num_rows() {
             types.insert(ids.value(r).to_string(), kinds.value(r).to_string());
