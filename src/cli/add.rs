@@ -3,7 +3,8 @@
 use clap::Args;
 use graphloom::Error;
 
-use super::target::SpecTarget;
+use super::Failure;
+use super::target::{SpecTarget, load};
 
 /// The flags of `graphloom add`.
 #[derive(Debug, Args)]
@@ -13,20 +14,26 @@ pub struct AddArgs {
     target: SpecTarget,
     /// JSON Lines file: one {"node": ...} or {"fact": ...} per line; a
     /// local path or an object store URL.
-    file: String,
+    #[arg(value_name = "FILE", required_unless_present = "pipeline")]
+    file: Option<String>,
 }
 
 impl AddArgs {
     /// Loads the file and prints what it added and which lines failed.
-    pub async fn run(self) -> Result<(), Error> {
-        let (spec, ontology) = self.target.spec.load()?;
+    pub async fn run(self) -> Result<(), Failure> {
+        let (path, file) = self.target.spec.path_and(self.file.as_deref())?;
+        Ok(self.add(path, file).await?)
+    }
+
+    async fn add(&self, path: &std::path::Path, file: &str) -> Result<(), Error> {
+        let (spec, ontology) = load(path)?;
         let store = self.target.open(&spec)?;
         let report = graphloom::add::add_file(
             &store,
             &ontology,
             &spec.resolve.name_keys(),
             &spec.output.group_id,
-            &self.file,
+            file,
             &spec.output.storage_options,
         )
         .await?;

@@ -5,7 +5,8 @@ use graphloom::Error;
 use graphloom::llm::batch::{BatchApi, BatchRecord, Ledger, stages_text};
 use graphloom::store::GraphStore;
 
-use super::target::{GraphTarget, SpecTarget};
+use super::Failure;
+use super::target::{GraphTarget, SpecTarget, load};
 
 /// The subcommands of `graphloom batches`.
 #[derive(Debug, Subcommand)]
@@ -35,7 +36,15 @@ pub struct CancelArgs {
 
 impl BatchesCommand {
     /// Lists or cancels.
-    pub async fn run(self) -> Result<(), Error> {
+    pub async fn run(self) -> Result<(), Failure> {
+        if let BatchesCommand::Cancel(args) = &self {
+            let path = args.target.spec.path()?;
+            return Ok(cancel(path, &args.target).await?);
+        }
+        Ok(self.list().await?)
+    }
+
+    async fn list(self) -> Result<(), Error> {
         match self {
             BatchesCommand::List(args) => {
                 let records = ledger_of(&args.target.open()?).list().await?;
@@ -44,21 +53,25 @@ impl BatchesCommand {
                 }
                 print_batches(&records);
             }
-            BatchesCommand::Cancel(args) => {
-                let (spec, _) = args.target.spec.load()?;
-                let ledger = ledger_of(&args.target.open(&spec)?);
-                let api = BatchApi::new(&spec.llm)?;
-                let cancelled = graphloom::llm::batch::cancel_all(&api, &ledger).await?;
-                if cancelled.is_empty() {
-                    out!("no batch is running");
-                }
-                for id in cancelled {
-                    out!("asked to cancel {id}");
-                }
-            }
+            BatchesCommand::Cancel(_) => unreachable!("run cancels"),
         }
         Ok(())
     }
+}
+
+/// Asks the provider to cancel the batches still running.
+async fn cancel(path: &std::path::Path, target: &SpecTarget) -> Result<(), Error> {
+    let (spec, _) = load(path)?;
+    let ledger = ledger_of(&target.open(&spec)?);
+    let api = BatchApi::new(&spec.llm)?;
+    let cancelled = graphloom::llm::batch::cancel_all(&api, &ledger).await?;
+    if cancelled.is_empty() {
+        out!("no batch is running");
+    }
+    for id in cancelled {
+        out!("asked to cancel {id}");
+    }
+    Ok(())
 }
 
 /// The batch ledger kept under a graph, in the graph's object store.

@@ -56,9 +56,6 @@ enum Command {
     /// chain accuracy and fact recall over the episodes it has processed.
     Eval(eval::EvalArgs),
     /// Load known nodes and facts from a JSON Lines file (no LLM).
-    // The spec may come first or as --pipeline: FILE is then the only
-    // positional argument.
-    #[command(allow_missing_positional = true)]
     Add(add::AddArgs),
     /// Run SQL against the graph's last completed run (read-only).
     Sql(sql::SqlArgs),

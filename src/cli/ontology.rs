@@ -5,7 +5,8 @@ use clap::{Args, Subcommand};
 use graphloom::Error;
 use graphloom::spec::PipelineSpec;
 
-use super::target::SpecArg;
+use super::Failure;
+use super::target::{SpecArg, load};
 
 /// The subcommands of `graphloom ontology`.
 #[derive(Debug, Subcommand)]
@@ -23,28 +24,34 @@ pub struct CheckArgs {
 
 impl OntologyCommand {
     /// Checks the spec's ontology, mappings and storage options.
-    pub fn run(self) -> Result<(), Error> {
+    pub fn run(self) -> Result<(), Failure> {
         let OntologyCommand::Check(args) = self;
-        let (spec, ontology) = args.spec.load()?;
-        let mappings = graphloom::mapping::Mappings::compile(&spec.mapping, &ontology)?;
-        check_storage_options(&spec)?;
-        out!(
-            "ontology of {} is valid: {} entity types, {} edge types{}{}",
-            args.spec.path().display(),
-            ontology.entity_types.len(),
-            ontology.edge_types.len(),
-            if ontology.strict { " (strict)" } else { "" },
-            match mappings.len() {
-                0 => String::new(),
-                n => format!("; {n} record mapping(s) valid"),
-            }
-        );
-        out!("\nentity types:");
-        out_raw!("{}", indent(&ontology.entity_tree.render()));
-        out!("\nedge types:");
-        out_raw!("{}", indent(&ontology.edge_tree.render()));
-        Ok(())
+        let path = args.spec.path()?;
+        Ok(check(path)?)
     }
+}
+
+/// Validates the spec at `path` and prints its type trees.
+fn check(path: &std::path::Path) -> Result<(), Error> {
+    let (spec, ontology) = load(path)?;
+    let mappings = graphloom::mapping::Mappings::compile(&spec.mapping, &ontology)?;
+    check_storage_options(&spec)?;
+    out!(
+        "ontology of {} is valid: {} entity types, {} edge types{}{}",
+        path.display(),
+        ontology.entity_types.len(),
+        ontology.edge_types.len(),
+        if ontology.strict { " (strict)" } else { "" },
+        match mappings.len() {
+            0 => String::new(),
+            n => format!("; {n} record mapping(s) valid"),
+        }
+    );
+    out!("\nentity types:");
+    out_raw!("{}", indent(&ontology.entity_tree.render()));
+    out!("\nedge types:");
+    out_raw!("{}", indent(&ontology.edge_tree.render()));
+    Ok(())
 }
 
 /// Rejects storage option names the store of each location does not know

@@ -8,7 +8,8 @@ use graphloom::spec::PipelineSpec;
 use graphloom::stage::Stage;
 use graphloom::store::GraphStore;
 
-use super::target::SpecTarget;
+use super::Failure;
+use super::target::{SpecTarget, load};
 
 /// The flags of `graphloom run`.
 #[derive(Debug, Args)]
@@ -84,9 +85,14 @@ impl RunArgs {
     }
 
     /// Runs the pipeline and prints its report.
-    pub async fn run(self) -> Result<(), Error> {
+    pub async fn run(self) -> Result<(), Failure> {
+        let path = self.target.spec.path()?.to_path_buf();
+        Ok(self.run_spec(&path).await?)
+    }
+
+    async fn run_spec(self, path: &std::path::Path) -> Result<(), Error> {
         let options = self.options()?;
-        let (mut spec, ontology) = self.target.spec.load()?;
+        let (mut spec, ontology) = load(path)?;
         if let (Some(url), Some(s)) = (self.source, spec.source.as_mut()) {
             // Without a [source] table the run refuses with its own error.
             s.url = url;

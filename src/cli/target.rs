@@ -12,6 +12,8 @@ use graphloom::ontology::Ontology;
 use graphloom::spec::PipelineSpec;
 use graphloom::store::GraphStore;
 
+use super::UsageError;
+
 /// The pipeline spec of a command that needs one: `--pipeline PATH`, or as
 /// the first argument (the older form, left out of the help); giving both
 /// is a usage error.
@@ -21,25 +23,57 @@ pub struct SpecArg {
     #[arg(long, value_name = "PATH", required_unless_present = "spec")]
     pipeline: Option<PathBuf>,
     /// The spec as the first argument, the older form of --pipeline.
-    #[arg(value_name = "PIPELINE", hide = true, conflicts_with = "pipeline")]
+    #[arg(value_name = "PIPELINE", hide = true)]
     spec: Option<PathBuf>,
 }
 
 impl SpecArg {
-    /// The spec's path, however it was given.
-    pub fn path(&self) -> &Path {
+    /// The spec's path, however it was given; both ways at once is a
+    /// usage error.
+    pub fn path(&self) -> Result<&Path, UsageError> {
         match (&self.pipeline, &self.spec) {
-            (Some(path), _) | (None, Some(path)) => path,
+            (Some(flag), Some(arg)) => Err(twice(flag, arg)),
+            (Some(path), None) | (None, Some(path)) => Ok(path),
             (None, None) => unreachable!("clap requires --pipeline or PIPELINE"),
         }
     }
 
-    /// The spec and its compiled ontology.
-    pub fn load(&self) -> Result<(PipelineSpec, Ontology), Error> {
-        let spec = PipelineSpec::from_path(self.path())?;
-        let ontology = Ontology::try_from(&spec.ontology)?;
-        Ok((spec, ontology))
+    /// The spec's path and the one positional argument after it, for a
+    /// command whose own argument follows the spec (`add PIPELINE FILE`):
+    /// with `--pipeline`, the first positional argument is the command's.
+    pub fn path_and<'a>(
+        &'a self,
+        next: Option<&'a str>,
+    ) -> Result<(&'a Path, &'a str), UsageError> {
+        match (&self.pipeline, &self.spec, next) {
+            (Some(flag), Some(arg), Some(_)) => Err(twice(flag, arg)),
+            (Some(path), Some(arg), None) => arg
+                .to_str()
+                .map(|a| (path.as_path(), a))
+                .ok_or_else(|| UsageError(format!("`{}` is not UTF-8", arg.display()))),
+            (Some(path), None, Some(next)) | (None, Some(path), Some(next)) => Ok((path, next)),
+            (None, None, Some(_)) => unreachable!("clap requires --pipeline or PIPELINE"),
+            (_, _, None) => Err(UsageError(
+                "the following required argument was not provided: <FILE>".into(),
+            )),
+        }
     }
+}
+
+/// The usage error of a spec given both as `--pipeline` and by position.
+fn twice(flag: &Path, arg: &Path) -> UsageError {
+    UsageError(format!(
+        "the pipeline spec is given twice, as --pipeline {} and as the argument {}: give it once, as --pipeline PATH",
+        flag.display(),
+        arg.display()
+    ))
+}
+
+/// Reads the spec at `path` and compiles its ontology.
+pub fn load(path: &Path) -> Result<(PipelineSpec, Ontology), Error> {
+    let spec = PipelineSpec::from_path(path)?;
+    let ontology = Ontology::try_from(&spec.ontology)?;
+    Ok((spec, ontology))
 }
 
 /// The spec of a command that writes the spec's graph, and the graph to

@@ -112,7 +112,8 @@ fn a_spec_given_both_ways_is_a_usage_error() {
         assert_eq!(out.status.code(), Some(2), "{}", describe(args[0], &out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("'--pipeline <PATH>' cannot be used with '[PIPELINE]'"),
+            stderr.contains("error: the pipeline spec is given twice, as --pipeline")
+                && stderr.contains("give it once, as --pipeline PATH"),
             "{args:?}: {stderr}"
         );
         assert!(out.stdout.is_empty(), "{args:?}");
