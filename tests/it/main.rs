@@ -8,6 +8,7 @@ mod add_command;
 mod architecture;
 mod batch_mode;
 mod bench;
+mod cli;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod common;
