@@ -8,6 +8,7 @@
 /// `beatrix.holm@relaywave.com`, "Acme Corp" for `dana@mail.acme.co.uk`).
 /// Which mention that is, is read off the address and the names alone: a
 /// person's name is no domain label.
+/// Cue `mail_domain_org`.
 pub(crate) fn org_of_address(line: &str, folded: &[String]) -> Option<usize> {
     let (_, after) = line.split_once('@')?;
     let domain: String = after
@@ -24,6 +25,7 @@ pub(crate) fn org_of_address(line: &str, folded: &[String]) -> Option<usize> {
 }
 
 /// E-mail header lines, in lower case.
+/// Cue `mail_headers`.
 pub(crate) const HEADERS: [&str; 7] = [
     "from:",
     "to:",

@@ -15,12 +15,21 @@
 //! registry entry naming that submodule (`tests/it/architecture.rs`
 //! checks both directions).
 
+pub(crate) mod booleans;
+pub(crate) mod dates;
+pub(crate) mod ends;
+pub(crate) mod kinds;
+pub(crate) mod labels;
 pub(crate) mod mail;
 pub(crate) mod moves;
 pub(crate) mod names;
+pub(crate) mod nouns;
+pub(crate) mod people;
+pub(crate) mod prices;
 pub(crate) mod relations;
 pub(crate) mod roles;
 pub(crate) mod sentences;
+pub(crate) mod words;
 
 /// The language whose wording a cue reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -162,6 +171,109 @@ pub const REGISTRY: &[Cue] = &[
         language: Language::English,
         module: "moves",
         decides: "a form of \"take\" followed by \"over\" is taking something over",
+    },
+    // text's and values' cues
+    Cue {
+        name: "words_opening_sentences",
+        language: Language::English,
+        module: "words",
+        decides: "which words of a text open a sentence (after a stop, a line, a speaker)",
+    },
+    Cue {
+        name: "without_price",
+        language: Language::English,
+        module: "prices",
+        decides: "whether a bracket after a name is its price, cut off: (USD 27,400.00)",
+    },
+    Cue {
+        name: "without_count",
+        language: Language::English,
+        module: "prices",
+        decides: "whether a number before a name is a count, cut off: 12 Ridgeback 14 laptops",
+    },
+    Cue {
+        name: "without_affiliation",
+        language: Language::English,
+        module: "people",
+        decides: "whether \"from X\" after a person's name is an affiliation, cut off",
+    },
+    Cue {
+        name: "non_entity_kind",
+        language: Language::English,
+        module: "kinds",
+        decides: "whether a name is a date, an amount, a span, a status, a clause, … instead",
+    },
+    Cue {
+        name: "month_as_date",
+        language: Language::English,
+        module: "dates",
+        decides: "whether a month name is used as a date by the text (\"in June\", \"July 3\")",
+    },
+    Cue {
+        name: "common_noun",
+        language: Language::English,
+        module: "nouns",
+        decides: "whether a name is a common noun phrase the texts write in lower case",
+    },
+    Cue {
+        name: "only_a_label",
+        language: Language::English,
+        module: "labels",
+        decides: "whether a word is only a field label mid-line (\"Subscription: …\")",
+    },
+    Cue {
+        name: "job_title",
+        language: Language::English,
+        module: "people",
+        decides: "whether a name offered as a person is a job title (\"Sales Lead\")",
+    },
+    Cue {
+        name: "only_a_defined_term",
+        language: Language::English,
+        module: "nouns",
+        decides: "whether a word only stands for a party (\"the Client\", defined in quotes)",
+    },
+    Cue {
+        name: "states_an_end",
+        language: Language::English,
+        module: "ends",
+        decides: "whether a fact says its relationship has ended (\"no longer\", \"has left\")",
+    },
+    Cue {
+        name: "stated_end",
+        language: Language::English,
+        module: "ends",
+        decides: "the day a fact says its relationship ends (\"until the end of March\")",
+    },
+    Cue {
+        name: "stated_end_after",
+        language: Language::English,
+        module: "ends",
+        decides: "the day a fact ends, reading \"that day\" as the date written before",
+    },
+    Cue {
+        name: "stated_start",
+        language: Language::English,
+        module: "ends",
+        decides: "the day a fact says its relationship starts (\"since 3 March\", \"as of\")",
+    },
+    Cue {
+        name: "last_date",
+        language: Language::English,
+        module: "dates",
+        decides: "the last date a text writes, which \"from that day\" refers back to",
+    },
+    Cue {
+        name: "refers_back",
+        language: Language::English,
+        module: "dates",
+        decides: "whether a sentence says \"that day\" or \"that date\" of an earlier date",
+    },
+    Cue {
+        name: "yes_or_no",
+        language: Language::English,
+        module: "booleans",
+        decides: "the truth value a model wrote as a word (\"yes\", \"n\", \"true\")",
     },
 ];
 

@@ -4,6 +4,7 @@
 /// Whether two names share a word of three or more letters (case
 /// ignored): "D. Whitcombe" and "Dana Whitcombe" do, "Priya Raman" and
 /// "Dana Whitcombe" do not.
+/// Cue `shared_long_word`.
 pub(crate) fn shares_a_word(a: &str, b: &str) -> bool {
     let long = |s: &str| -> Vec<String> {
         crate::text::words(s)
@@ -20,6 +21,7 @@ pub(crate) fn shares_a_word(a: &str, b: &str) -> bool {
 /// ("Acme Corp" in "Acme Corp (UK)"), or the value's within the name's
 /// when the value is not a short code ("Northwind Outfitters" for
 /// "Northwind Outfitters Inc").
+/// Cue `record_writes_name`.
 pub(crate) fn writes(value: &str, name: &str) -> bool {
     let within = |outer: &str, inner: &str| {
         !inner.is_empty()

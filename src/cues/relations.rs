@@ -3,6 +3,7 @@
 
 /// The participle of a relation named in the passive, `X_BY`: SUPPLIED
 /// of SUPPLIED_BY.
+/// Cue `passive_relation` (with [`active_forms`]).
 pub(crate) fn passive_participle(relation: &str) -> Option<&str> {
     relation.strip_suffix("_BY")
 }
@@ -23,6 +24,7 @@ pub(crate) fn active_forms(participle: &str) -> Vec<String> {
 
 /// Whether `word` (in lower case) is a preposition that may end a
 /// relation's name (`ON_CALL_FOR`) and that a text need not write with it.
+/// Cue `relation_preposition`.
 pub(crate) fn is_preposition(word: &str) -> bool {
     const PREPOSITIONS: [&str; 8] = ["for", "to", "of", "by", "with", "in", "on", "at"];
     PREPOSITIONS.contains(&word)

@@ -35,6 +35,7 @@ pub(crate) fn is_role_word(role_words: &HashSet<String>, name: &str) -> bool {
 /// of people: named as people are (`Person`, `Employee`, `Contact`, …),
 /// or its description's first sentence says "person", "individual" or
 /// "human".
+/// Cue `people_types`.
 pub(crate) fn names_people(name: &str, description: &str) -> bool {
     const NAMES: [&str; 7] = [
         "person",

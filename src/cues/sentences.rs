@@ -6,10 +6,11 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 
+use super::dates::refers_back;
+use super::ends::{stated_end_after, stated_start};
 use super::mail::{HEADERS, org_of_address};
 use super::moves::{is_moving_verb, is_taking_over};
 use crate::text::normalize_name;
-use crate::values::{refers_back, stated_end_after, stated_start};
 
 /// Where an episode names its mentions, sentence by sentence, and who
 /// writes each sentence. A mention is named by its whole name (case
@@ -29,6 +30,7 @@ pub(crate) struct Sentences<'a> {
 
 /// How a sentence names a mention: all its words in a row (case
 /// ignored), or its first word as the text capitalises it.
+/// Cue `name_by_first_word`.
 struct NameWords {
     /// The name's words, in lower case.
     whole: Vec<String>,
@@ -159,6 +161,7 @@ impl<'a> Sentences<'a> {
                 }
                 continue;
             }
+            // Cue `chat_speaker`.
             let (writer, org, said) = match line.split_once(": ") {
                 Some((speaker, said))
                     if (1..=4).contains(&speaker.split_whitespace().count())
@@ -175,6 +178,7 @@ impl<'a> Sentences<'a> {
                 }
                 _ => (sender, sender_org, line),
             };
+            // Cue `sentence_split`.
             for sentence in said.split(['.', '!', '?', ';']) {
                 if sentence.trim().is_empty() {
                     continue;
@@ -183,8 +187,10 @@ impl<'a> Sentences<'a> {
                 for &i in &named {
                     out.anywhere[i] = true;
                 }
+                // Cue `first_person`.
                 let first_person = crate::text::words(sentence)
                     .any(|w| matches!(w, "I" | "me" | "my" | "Me" | "My"));
+                // Cue `first_person_plural`.
                 // "US" in capitals is a country, not "us".
                 let we = crate::text::words(sentence)
                     .any(|w| matches!(w, "we" | "We" | "our" | "Our" | "us" | "ours"));
@@ -226,7 +232,7 @@ impl<'a> Sentences<'a> {
     /// from a sentence about the pair alone ([`Self::about_pair`]: it
     /// names one of them and no third, and speaks of the other, by name,
     /// as its writer's "I", or as the writer's organisation's "we"). The
-    /// day is the one an end word gives ([`stated_end`](crate::values::stated_end): "ends tonight",
+    /// day is the one an end word gives ([`stated_end`](crate::cues::ends::stated_end): "ends tonight",
     /// "left on Friday", "no longer … as of 1 May", "until 23:59 UTC on
     /// that day", that day being the last date written before); an end word without a day is not read, since a
     /// sentence about the pair may say something else has ended ("Beatrix
@@ -313,8 +319,9 @@ impl<'a> Sentences<'a> {
     pub(crate) fn day_of(&self, k: usize, today: NaiveDate) -> Option<NaiveDate> {
         let text = self.sentences[k].text;
         stated_start(text, today)
-            .or_else(|| crate::values::last_date(text, today))
+            .or_else(|| crate::cues::dates::last_date(text, today))
             .or_else(|| {
+                // Cue `then_refers_back`.
                 let then = crate::text::words(text).any(|w| w.eq_ignore_ascii_case("then"));
                 (refers_back(text) || then)
                     .then(|| self.date_before(k, today))
@@ -372,6 +379,7 @@ impl<'a> Sentences<'a> {
     /// before: resolution ends the mover's earlier relationships of the
     /// same family with things of `to`'s type (a supplier for a supplier).
     /// Returns the sentence, by number.
+    /// Cue `move_to`.
     pub(crate) fn moved_to(&self, mover: usize, to: usize) -> Option<usize> {
         self.about_pair_at(mover, to).find(|&k| {
             let s = &self.sentences[k];
@@ -418,7 +426,7 @@ impl<'a> Sentences<'a> {
         self.sentences[..k]
             .iter()
             .rev()
-            .find_map(|p| crate::values::last_date(p.text, today))
+            .find_map(|p| crate::cues::dates::last_date(p.text, today))
     }
 
     /// The sentences about `a` and `b` alone: each names one of them and

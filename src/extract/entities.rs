@@ -68,18 +68,21 @@ fn context_shown(spec: &ExtractSpec, context: &[&Episode]) -> Vec<String> {
 
 /// The episode, then its context as shown, split into words once: every
 /// name offered is checked against them.
-fn shown<'a>(episode: &'a Episode, context_shown: &'a [String]) -> Vec<crate::text::Written<'a>> {
+fn shown<'a>(
+    episode: &'a Episode,
+    context_shown: &'a [String],
+) -> Vec<crate::cues::words::Written<'a>> {
     std::iter::once(episode.content.as_str())
         .chain(context_shown.iter().map(String::as_str))
-        .map(crate::text::Written::new)
+        .map(crate::cues::words::Written::new)
         .collect()
 }
 
 /// Every word shown, the source description's too, in lower case.
-fn shown_words(episode: &Episode, shown: &[crate::text::Written<'_>]) -> HashSet<String> {
+fn shown_words(episode: &Episode, shown: &[crate::cues::words::Written<'_>]) -> HashSet<String> {
     let mut shown_words: HashSet<String> = shown
         .iter()
-        .flat_map(crate::text::Written::words)
+        .flat_map(crate::cues::words::Written::words)
         .map(str::to_lowercase)
         .collect();
     if let Some(d) = &episode.source_description {
@@ -109,8 +112,8 @@ fn cleaned_name(offered: &str, content: &str) -> String {
         .trim()
         .to_string();
     let name = crate::text::as_written(&name, content);
-    let name = crate::text::without_count(crate::text::without_price(&name));
-    crate::text::without_affiliation(name).to_string()
+    let name = crate::cues::prices::without_count(crate::cues::prices::without_price(&name));
+    crate::cues::people::without_affiliation(name).to_string()
 }
 
 /// The mentions an entity call's reply makes, as they are found, and what

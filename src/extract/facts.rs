@@ -17,13 +17,13 @@ use super::{
     ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention, Prompts,
     Rejected, dropped, within_budget,
 };
+use crate::cues::ends::stated_start;
 use crate::cues::sentences::Sentences;
 use crate::llm::{LlmClient, LlmError};
 use crate::ontology::{Ontology, is_relation_type_name};
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
-use crate::values::stated_start;
 
 /// Extracts the facts of one episode between its mentions. An episode with
 /// fewer than two mentions makes no call.

@@ -24,7 +24,7 @@ pub(super) fn role_words(ontology: &Ontology) -> HashSet<String> {
 /// The entity types whose entities are people: a type that
 /// [`crate::cues::roles::names_people`], and every subtype of one. A job
 /// title offered as one of them is a role, not a person
-/// ([`crate::text::job_title`]).
+/// ([`crate::cues::people::job_title`]).
 pub(super) fn person_types(ontology: &Ontology) -> HashSet<String> {
     let roots: Vec<&String> = ontology
         .entity_types
@@ -187,7 +187,7 @@ pub(super) struct NameChecks<'a> {
     /// The episode's text.
     pub(super) content: &'a str,
     /// The episode, then its context, each as its words.
-    pub(super) shown: &'a [crate::text::Written<'a>],
+    pub(super) shown: &'a [crate::cues::words::Written<'a>],
     /// Every word shown (the source description's too), in lower case.
     pub(super) shown_words: &'a HashSet<String>,
     /// Where the episode comes from ("engineering mailbox"), normalised,
@@ -209,10 +209,10 @@ impl NameChecks<'_> {
         {
             return Some(format!("`{name}` is a date or a number, not an entity"));
         }
-        if let Some(what) = crate::text::non_entity_kind(name) {
+        if let Some(what) = crate::cues::kinds::non_entity_kind(name) {
             return Some(format!("`{name}` is {what}, not an entity"));
         }
-        if crate::text::month_as_date(name, self.content) {
+        if crate::cues::dates::month_as_date(name, self.content) {
             return Some(format!(
                 "`{name}` is a month the episode uses as a date, not an entity"
             ));
@@ -230,21 +230,23 @@ impl NameChecks<'_> {
                 "`{name}` shares no word with the episode or its context: not a name it writes"
             ));
         }
-        if descriptions && crate::text::common_noun(name, self.shown) {
+        if descriptions && crate::cues::nouns::common_noun(name, self.shown) {
             return Some(format!(
                 "`{name}` is written only in lower case in the episode and its context: a common noun, not a name"
             ));
         }
-        if descriptions && crate::text::only_a_label(name, &self.shown[0]) {
+        if descriptions && crate::cues::labels::only_a_label(name, &self.shown[0]) {
             return Some(format!(
                 "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
             ));
         }
-        if descriptions && self.prompts.person_types.contains(kind) && crate::text::job_title(name)
+        if descriptions
+            && self.prompts.person_types.contains(kind)
+            && crate::cues::people::job_title(name)
         {
             return Some(format!("`{name}` is a job title, not a person's name"));
         }
-        if descriptions && crate::text::only_a_defined_term(name, self.shown) {
+        if descriptions && crate::cues::nouns::only_a_defined_term(name, self.shown) {
             return Some(format!(
                 "`{name}` is written only as a term for a party (`the {name}`), not a name"
             ));

@@ -3,7 +3,8 @@
 
 use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 
-use crate::values::{parse_time, stated_end};
+use crate::cues::ends::stated_end;
+use crate::values::parse_time;
 
 /// The start of a fact whose text states none, when the model is not
 /// asked for it (`extract.fact_start = "text"`): the episode's time, which
@@ -56,7 +57,7 @@ pub(super) fn fact_times(
     reference: DateTime<Utc>,
 ) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
     let end_written = invalid_at.is_some();
-    let ends = crate::text::states_an_end(text);
+    let ends = crate::cues::ends::states_an_end(text);
     if valid_at.is_some() && invalid_at == valid_at && !ends {
         // One moment for both, as the model wrote them, is an event
         // ("signed on"), not a relationship that ended the moment it began.

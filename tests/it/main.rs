@@ -14,6 +14,7 @@ mod cluster;
 mod common;
 mod convergence;
 mod corpus_resolution;
+mod cues;
 mod embedding_candidates;
 mod fuzz;
 mod interop;
