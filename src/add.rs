@@ -4,7 +4,7 @@
 //! Every line either becomes rows or a `failures` row with its line number
 //! and reason; good lines load even when others fail.
 //!
-//! Rules (README "Loading known nodes and facts"):
+//! Rules (docs/mapping.md, "Loading known nodes and facts"):
 //! * a node's type must be declared (or `Entity`, unless `ontology.strict`);
 //!   it gets the labels of its whole chain and the properties of its last
 //!   type only;

@@ -4,7 +4,7 @@
 //! [`FactMention`]s extraction makes, so mapped records and extracted text
 //! go through one resolution.
 //!
-//! Rules (README "Record mapping"):
+//! Rules (docs/mapping.md, "Record mapping"):
 //! * the first mapping whose `files` glob matches the end of the record's
 //!   file path and whose `when` fields all hold applies; a record no
 //!   mapping applies to is extracted by the LLM like any other episode;

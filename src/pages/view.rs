@@ -23,7 +23,7 @@ const CYTOSCAPE: &str = include_str!("../../assets/vendor/cytoscape/cytoscape.mi
 const CYTOSCAPE_LICENSE: &str = include_str!("../../assets/vendor/cytoscape/LICENSE");
 
 /// The default cap on drawn nodes: the page lays out 500 nodes in a few
-/// seconds in a browser on 2 cores (README "Viewing the graph").
+/// seconds in a browser on 2 cores (docs/commands.md, `graphloom view`).
 pub const DEFAULT_MAX_NODES: usize = 500;
 
 /// What to draw.

@@ -5,7 +5,7 @@
 use crate::spec::resolve::CompareMethod;
 use crate::text::{name_similarity, normalize_name};
 
-/// The similarity of two values under `method`, in 0..=1 (the README's
+/// The similarity of two values under `method`, in 0..=1 (docs/mapping.md's
 /// "Record linkage" table says what each does).
 pub fn similarity(method: CompareMethod, a: &str, b: &str) -> f64 {
     let hit = |same: bool| if same { 1.0 } else { 0.0 };

@@ -168,7 +168,7 @@ pub fn record_chains(
 /// in two), and entities of incompatible types never merge; a mention so
 /// mistyped also offers the fact call the wrong relation types. The vote
 /// sees this run's mentions and the committed nodes: an archive split
-/// into runs may vote otherwise than one run over all of it (README,
+/// into runs may vote otherwise than one run over all of it (docs/resolution.md,
 /// "One archive, one graph").
 pub fn majority_chains(
     mentions: &[RunMention<'_>],

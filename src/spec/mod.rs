@@ -1,7 +1,7 @@
 //! The pipeline spec: one TOML file that says where episodes come from, where
 //! the graph is written, which model extracts it and which ontology types it.
 //!
-//! Every key is documented with its default in the README ("Pipeline spec").
+//! Every key is documented with its default in docs/spec.md ("Every key").
 //! Unknown keys are rejected with the key's name and position, because a
 //! typo such as `tokens_per_minit` must never silently fall back to a default.
 

@@ -29,7 +29,7 @@ pub const DEFAULT_CORPORATE_SUFFIXES: &[&str] = &[
 ];
 
 /// `[resolve]` settings. Every key is optional; the defaults are the ones
-/// documented in the README.
+/// docs/spec.md lists.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResolveSpec {
@@ -142,7 +142,7 @@ pub struct ResolveSpec {
 /// whose field both sides have, `Σ wᵢ·sᵢ / Σ wᵢ`, each `sᵢ` in 0..=1.
 /// `model = "probabilistic"`: the Fellegi-Sunter match probability, each
 /// comparison cut into levels whose m and u probabilities are estimated
-/// from the run's own records (README "Record linkage"). Either way a pair
+/// from the run's own records (docs/mapping.md, "Record linkage"). Either way a pair
 /// with fewer than `min_fields` compared fields scores 0. Pairs at or
 /// above `threshold` merge
 /// (against committed nodes the best one, when it beats the rest), pairs in

@@ -1,5 +1,5 @@
 //! The graph's tables and their Arrow schemas. Column names are the
-//! contract with users (README "Tables"); types are chosen so that Spark,
+//! contract with users (docs/tables.md); types are chosen so that Spark,
 //! Trino, DuckDB and the Python `deltalake` package read them unchanged:
 //! strings, 64-bit integers, doubles, booleans, lists of strings and
 //! microsecond UTC timestamps. JSON-valued columns are strings.

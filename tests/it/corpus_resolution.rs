@@ -608,7 +608,7 @@ async fn the_procurement_corpus_resolves_into_one_node_per_entity_and_one_curren
     // order and order form (10), is exactly one node, whatever alias,
     // first name or suffix the episodes used. (Descriptive references
     // such as "our MSA" or "docks" share no name with their entity and
-    // stay nodes of their own; see the README.)
+    // stay nodes of their own; see docs/quality.md.)
     let named = crate::run_pipeline::query(
         store,
         "SELECT count(*) AS n, count(DISTINCT name_normalized) AS d FROM nodes \
@@ -621,7 +621,7 @@ async fn the_procurement_corpus_resolves_into_one_node_per_entity_and_one_curren
         "{named:?}"
     );
     // Resolution quality with perfect extraction: floors, the measured
-    // figures are in the README.
+    // figures are in docs/quality.md.
     assert!(q.entity_recall() >= 0.99, "{q:?}");
     assert!(q.entity_precision() >= 0.9, "{q:?}");
     assert!(q.fact_recall() >= 0.9, "{q:?}");

@@ -284,7 +284,7 @@ async fn a_run_over_a_corpus_slice_clears_loose_quality_floors() {
         .await
         .expect("eval");
     eprintln!("local run quality on the slice:\n{q}");
-    // The 0.5B model is small: floors only; the README gives the figures.
+    // The 0.5B model is small: floors only; docs/quality.md gives the figures.
     assert!(q.entity_recall() >= 0.2, "{q}");
     assert!(q.entity_precision() >= 0.2, "{q}");
 }

@@ -216,7 +216,7 @@ fn drawn(counts: &Value, key: &str) -> u64 {
 }
 
 /// Where the screenshots go: kept beside the build (CI keeps the target
-/// directory), and into docs/images for the README when
+/// directory), and into docs/images for the guides when
 /// GRAPHLOOM_UPDATE_SCREENSHOTS=1.
 fn artifact(name: &str) -> PathBuf {
     let dir = std::env::var("CARGO_TARGET_DIR")
