@@ -5,8 +5,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::evidence::{Evidence, context_in, typed_attributes};
-use super::names::{NameChecks, TypeWords};
+use super::names::NameChecks;
 use super::reply::{EntityOut, EntityReply};
+use super::types::TypeWords;
 use super::{ExtractSpec, Mention, Prompts, Rejected, dropped, within_budget};
 use crate::cues::names::shares_a_word;
 use crate::llm::{LlmClient, LlmError};

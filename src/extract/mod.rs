@@ -30,6 +30,7 @@ mod reply;
 #[cfg(test)]
 mod tests;
 mod times;
+mod types;
 
 pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 pub use entities::extract_entities;

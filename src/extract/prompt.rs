@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
-use super::names::{TypeWords, person_types, role_words};
 use super::reply::{entity_reply_bound, fact_reply_bound};
+use super::types::{TypeWords, person_types, role_words};
 use super::{
     AskedProperties, ExtractSpec, FACT_MAX_CHARS, FACTS_PER_ENTITY, FREE_RELATION_PATTERN,
     FactStart, Mention, NAME_MAX_CHARS, PROMPT_VERSION, RELATION_MAX_CHARS, TIME_PATTERN,
