@@ -33,3 +33,4 @@ mod slt;
 mod source;
 mod spec_table;
 mod store_protocol;
+mod suite;
