@@ -48,6 +48,15 @@ fn every_cue_has_a_unique_snake_case_name_and_is_found_by_it() {
     assert!(cue("no_such_cue").is_none());
 }
 
+/// Whether `text` declares an item `name` with keyword `kw`: the name
+/// stands whole after it (`fn stated_end(`, not `fn stated_end_after(`).
+fn declares(text: &str, kw: &str, name: &str) -> bool {
+    let head = format!("{kw} {name}");
+    text.match_indices(&head).any(|(at, _)| {
+        !text[at + head.len()..].starts_with(|ch: char| ch.is_alphanumeric() || ch == '_')
+    })
+}
+
 #[test]
 fn every_cue_file_holds_registered_rules_and_every_rule_names_its_file() {
     let files = cue_files();
@@ -67,14 +76,9 @@ fn every_cue_file_holds_registered_rules_and_every_rule_names_its_file() {
         });
         // The rule is the item of that name, or the code a "Cue `name`"
         // comment marks.
-        let item = ["fn ", "struct ", "const ", "static ", "enum "]
+        let item = ["fn", "struct", "const", "static", "enum"]
             .iter()
-            .any(|kw| {
-                text.contains(&format!("{kw}{}(", c.name))
-                    || text.contains(&format!("{kw}{} ", c.name))
-                    || text.contains(&format!("{kw}{}<", c.name))
-                    || text.contains(&format!("{kw}{}:", c.name))
-            });
+            .any(|kw| declares(text, kw, c.name));
         let marked = text.contains(&format!("Cue `{}`", c.name));
         assert!(
             item || marked,
