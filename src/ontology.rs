@@ -353,6 +353,48 @@ impl Ontology {
         }
     }
 
+    /// Whether a node of type `node_type` is, or may turn out to be, a
+    /// `wanted`: it fits `wanted` ([`Ontology::entity_fits`]), or `wanted`
+    /// lies below its type (an `Organization` may be a `Company`). The
+    /// generic `Entity` may be nothing more specific: a type the model
+    /// gave no declared type says too little to be offered as one.
+    pub fn entity_may_be(&self, node_type: &str, wanted: &str) -> bool {
+        self.entity_fits(node_type, wanted)
+            || (node_type != ENTITY_LABEL && self.entity_tree.is_a(wanted, node_type))
+    }
+
+    /// The `source_targets` pairs of `edge_type` that endpoints of these
+    /// types are, or may turn out to be ([`Ontology::entity_may_be`]);
+    /// `None` for an undeclared type or one that allows any pair.
+    pub fn edge_pairs_maybe(
+        &self,
+        edge_type: &str,
+        source_type: &str,
+        target_type: &str,
+    ) -> Option<Vec<(&str, &str)>> {
+        let t = self.edge_types.get(edge_type)?;
+        if t.source_targets.is_empty() {
+            return None;
+        }
+        Some(
+            t.source_targets
+                .iter()
+                .filter(|p| {
+                    self.entity_may_be(source_type, &p.source)
+                        && self.entity_may_be(target_type, &p.target)
+                })
+                .map(|p| (p.source.as_str(), p.target.as_str()))
+                .collect(),
+        )
+    }
+
+    /// Whether endpoints of these types allow `edge_type` now or once one
+    /// or both are refined to a subtype: relations refine types.
+    pub fn edge_may_allow(&self, edge_type: &str, source_type: &str, target_type: &str) -> bool {
+        self.edge_pairs_maybe(edge_type, source_type, target_type)
+            .is_none_or(|pairs| !pairs.is_empty())
+    }
+
     /// Stable hash of the ontology's content, recorded with each run so a
     /// change of ontology is visible in `runs`.
     pub fn content_hash(&self) -> String {

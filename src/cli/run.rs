@@ -218,6 +218,12 @@ fn print_graph_changes(r: &RunReport) {
             r.majority_retyped
         );
     }
+    if r.refined_by_relations > 0 {
+        out!(
+            "facts' relations named the subtype of {} text mentions",
+            r.refined_by_relations
+        );
+    }
     if r.ambiguous_entities > 0 {
         out!(
             "resolution: {} ambiguous mentions, {} merged on adjudication, the rest kept separate",

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::fit::{
-    declared_spelling, fits_either_way, fitting_relation_in, misapplied, only_relation,
+    declared_spelling, fits_either_way, fitting_relation_in, misapplied, only_relation, refinable,
     relation_type_of, types_named, types_written,
 };
 use super::prompt::fact_request;
@@ -250,6 +250,12 @@ impl<'a> Reading<'a> {
         (st, tt): (&str, &str),
     ) -> Result<(String, bool, Option<String>), String> {
         let ontology = self.ontology;
+        // Kept as given when a refinement of an end lets it fit; the
+        // refinement, or the fall back when none holds, comes after the
+        // edge walk.
+        if let Some(swap) = refinable(ontology, relation, st, tt) {
+            return Ok((relation.to_string(), swap, None));
+        }
         let Some((fitted, swap)) = fitting_relation_in(ontology, relation, written_types, st, tt)
         else {
             return Err(format!(

@@ -88,6 +88,28 @@ pub fn fitting_relation(
         .or_else(|| fit(GENERIC_RELATION))
 }
 
+/// Whether a declared `relation` that does not allow endpoints of these
+/// types either way round would once an end is refined to a subtype
+/// ([`Ontology::edge_may_allow`]), and whether it is then turned round:
+/// `SPONSORS` (Company → Project) stated of an `Organization` and a
+/// `Project` keeps its type, and refines the organization later
+/// ([`crate::classify::refine_by_relations`]). `None` when the type fits
+/// as it is, is not declared, or cannot fit.
+pub fn refinable(ontology: &Ontology, relation: &str, source: &str, target: &str) -> Option<bool> {
+    if !ontology.edge_types.contains_key(relation)
+        || fits_either_way(ontology, relation, source, target).is_some()
+    {
+        return None;
+    }
+    if ontology.edge_may_allow(relation, source, target) {
+        Some(false)
+    } else if ontology.edge_may_allow(relation, target, source) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 /// [`fitting_relation`] for a fact whose words write the declared types
 /// `written` ([`types_written`]): where the type the model gave cannot
 /// hold the endpoints (it falls back to [`GENERIC_RELATION`]) or is no

@@ -358,10 +358,13 @@ pub(super) fn fact_branches<'a>(
         {"type": "string", "pattern": TIME_PATTERN, "maxLength": 20},
         {"type": "null"}
     ]});
+    // A mention still at a parent type is offered where a subtype of it
+    // is wanted: the fact the model states refines it (relations refine
+    // types, [`crate::classify::refine_by_relations`]).
     let names = |wanted: &str| -> Vec<&'a str> {
         let mut out: Vec<&str> = Vec::new();
         for m in mentions {
-            if ontology.entity_fits(m.type_name(), wanted) && !out.contains(&m.name.as_str()) {
+            if ontology.entity_may_be(m.type_name(), wanted) && !out.contains(&m.name.as_str()) {
                 out.push(&m.name);
             }
         }

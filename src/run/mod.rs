@@ -186,6 +186,9 @@ pub struct RunReport {
     /// Text mentions that took the type most episodes give their name
     /// (`resolve.majority_types`).
     pub majority_retyped: usize,
+    /// Text mentions moved down to a subtype because a fact's relation
+    /// holds only for it (relations refine types).
+    pub refined_by_relations: usize,
     /// Episodes committed with their entities and facts.
     pub episodes_added: usize,
     /// Failure rows written, by stage.
@@ -553,6 +556,7 @@ async fn execute(
     work.classify_facts().await;
     mark = report.timings.lap(Stage::ClassifyFacts, mark);
     settled!(client, Stage::ClassifyFacts);
+    report.refined_by_relations = work.refine_types().mentions;
     work.join_mapped();
 
     let now = Utc::now();

@@ -8,8 +8,10 @@
 //! Entity calls also return the chosen subtype's properties, since a node
 //! keeps the properties of its last type only (no inheritance). For facts,
 //! only subtypes whose own `source_targets` allow the fact's endpoint types
-//! may be chosen; a choice that breaks them leaves the fact at its parent
-//! type and is reported.
+//! may be chosen, or those that an end at a parent type allows once it is
+//! refined to a subtype; a choice that breaks them leaves the fact at its
+//! parent type and is reported. Relations then refine the types of their
+//! ends ([`refine_by_relations`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,6 +28,10 @@ use crate::extract::{
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message};
 use crate::ontology::{Ontology, PropertySpec};
 use crate::stage::Stage;
+
+mod refine;
+
+pub use refine::{Refined, refine_by_relations};
 
 /// Version of the classification prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "classify-v3";
@@ -484,10 +490,11 @@ impl Walk for FactWalk<'_> {
             let (st, tt) = (self.endpoint_types)(f);
             // Only subtypes whose own source_targets allow this fact count;
             // with none, the fact stays at its type without a call.
+            // An end at a parent type may be refined by the subtype chosen.
             if node
                 .children
                 .iter()
-                .any(|c| self.ontology.edge_allows(c, &st, &tt))
+                .any(|c| self.ontology.edge_may_allow(c, &st, &tt))
             {
                 waiting.entry(node.name.clone()).or_default().push(i);
             } else {
@@ -521,9 +528,9 @@ impl Walk for FactWalk<'_> {
         rejected: &mut Vec<Rejected>,
     ) -> bool {
         let (st, tt) = (self.endpoint_types)(f);
-        if !self.ontology.edge_allows(&item.subtype, &st, &tt) {
+        if !self.ontology.edge_may_allow(&item.subtype, &st, &tt) {
             let reason = format!(
-                "subtype `{}` does not allow {st} → {tt} (subtypes do not inherit source_targets); the fact stays `{}`",
+                "subtype `{}` does not allow {st} → {tt}, nor any subtypes of them (subtypes do not inherit source_targets); the fact stays `{}`",
                 item.subtype, parent
             );
             rejected.push(rejection::<Self>(f, reason));
@@ -640,7 +647,7 @@ fn fact_request(
         .map(|t| t.description.trim().to_string())
         .unwrap_or_default();
     let system = format!(
-        "Each item below is a fact already classified as {parent} ({parent_description}). Choose for each fact the subtype of {parent} that fits it, or \"{NONE}\" when no subtype fits or the fact does not say enough to tell. The subtypes do not overlap, and a subtype only applies between the entity types it names.\n\n\
+        "Each item below is a fact already classified as {parent} ({parent_description}). Choose for each fact the subtype of {parent} that fits it, or \"{NONE}\" when no subtype fits or the fact does not say enough to tell. The subtypes do not overlap, and a subtype only applies between the entity types it names (an entity of a broader type may be one of them).\n\n\
          SUBTYPES OF {parent}:\n{types}",
         parent = batch.parent
     );
