@@ -104,6 +104,9 @@ pub struct Quality {
     /// Of those, stored with no live edge that started before the gold end
     /// (every matching edge of the relationship ended).
     pub ended_stored_invalid: usize,
+    /// Of the found ended facts, those with a matching edge that ended
+    /// within [`END_TOLERANCE_DAYS`] of the gold end.
+    pub ended_dated: usize,
     /// Found gold facts the corpus never ends.
     pub current_found: usize,
     /// Of those, with a live matching edge: not ended by a later fact, a
@@ -122,6 +125,10 @@ pub struct Quality {
     /// Wall time of those runs, in seconds.
     pub seconds: f64,
 }
+
+/// How far a stored end may lie from the gold end and still count as
+/// the right date (days, either way).
+pub const END_TOLERANCE_DAYS: i64 = 3;
 
 fn ratio(a: usize, b: usize) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
@@ -202,8 +209,8 @@ impl std::fmt::Display for Quality {
         )?;
         writeln!(
             f,
-            "ended facts: {}/{} found ones stored ended (no live edge from before the end)",
-            self.ended_stored_invalid, self.ended_found
+            "ended facts: {}/{} found ones stored ended (no live edge from before the end), {} with the right date (±{END_TOLERANCE_DAYS} days)",
+            self.ended_stored_invalid, self.ended_found, self.ended_dated
         )?;
         writeln!(
             f,
@@ -320,6 +327,7 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
         let mut exact = false;
         let mut live = false;
         let mut any_live = false;
+        let mut dated = false;
         for e in &edges {
             let (s, t) = (
                 gold_of_node.get(e.source_node_id.as_str()),
@@ -330,6 +338,13 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
                 found_any = true;
                 exact |= e.relation_type == f.relation_type;
                 any_live |= e.invalid_at.is_none();
+                dated |= match (gold_end, e.invalid_at) {
+                    (Some(end), Some(stored)) => {
+                        (stored - end.with_timezone(&chrono::Utc)).num_days().abs()
+                            <= END_TOLERANCE_DAYS
+                    }
+                    _ => false,
+                };
                 live |= e.invalid_at.is_none()
                     && match (gold_end, e.valid_at) {
                         (Some(end), Some(start)) => start < end,
@@ -345,6 +360,9 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
             q.ended_found += 1;
             if !live {
                 q.ended_stored_invalid += 1;
+            }
+            if dated {
+                q.ended_dated += 1;
             }
         }
         if found_any && f.invalid_at.is_none() {

@@ -51,7 +51,13 @@ fn required(
     let one = |have: &str, wants: Vec<&str>| -> Option<String> {
         let mut kinds: Vec<&str> = wants
             .into_iter()
-            .map(|w| if ontology.entity_fits(have, w) { have } else { w })
+            .map(|w| {
+                if ontology.entity_fits(have, w) {
+                    have
+                } else {
+                    w
+                }
+            })
             .collect();
         kinds.sort_unstable();
         kinds.dedup();
@@ -287,11 +293,7 @@ mod tests {
             refine_by_relations(&o, &ExtractSpec::default(), &mut mentions, &mut facts);
         assert_eq!(
             chains(&mentions),
-            [
-                "Organization/Foundation",
-                "Project",
-                "Organization/Company"
-            ]
+            ["Organization/Foundation", "Project", "Organization/Company"]
         );
         assert_eq!(counts.mentions, 2);
         assert_eq!(counts.refit, 0);
@@ -314,13 +316,26 @@ mod tests {
         let (counts, rejected) =
             refine_by_relations(&o, &ExtractSpec::default(), &mut mentions, &mut facts);
         assert_eq!(chains(&mentions), ["Organization", "Project"]);
-        assert_eq!(counts, Refined { mentions: 0, refit: 2, dropped: 0 });
+        assert_eq!(
+            counts,
+            Refined {
+                mentions: 0,
+                refit: 2,
+                dropped: 0
+            }
+        );
         let kept: Vec<&str> = facts.iter().map(FactMention::relation_type).collect();
         assert_eq!(kept, ["SUPPORTS", "SUPPORTS"]);
         // One row for the entity, one per fact kept under its parent.
         assert_eq!(rejected.len(), 3, "{rejected:?}");
-        assert!(rejected[0].reason.contains("Foundation (HOSTS)"), "{rejected:?}");
-        assert!(rejected[1].reason.contains("kept as SUPPORTS"), "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("Foundation (HOSTS)"),
+            "{rejected:?}"
+        );
+        assert!(
+            rejected[1].reason.contains("kept as SUPPORTS"),
+            "{rejected:?}"
+        );
     }
 
     #[test]
@@ -351,7 +366,10 @@ mod tests {
             mention("Brightforge", &["Organization", "Company"]),
             mention("quillparse", &["Project", "Library"]),
         ];
-        let mut facts = vec![fact(0, 1, &["SUPPORTS"]), fact(0, 1, &["SUPPORTS", "SPONSORS"])];
+        let mut facts = vec![
+            fact(0, 1, &["SUPPORTS"]),
+            fact(0, 1, &["SUPPORTS", "SPONSORS"]),
+        ];
         let before = facts.clone();
         let (counts, rejected) =
             refine_by_relations(&o, &ExtractSpec::default(), &mut mentions, &mut facts);

@@ -108,6 +108,12 @@ pub struct GraphTarget {
 }
 
 impl GraphTarget {
+    /// The target of a command that parses its own `--graph` and
+    /// `--pipeline` (one of them given).
+    pub fn new(graph: Option<String>, pipeline: Option<PathBuf>) -> Self {
+        GraphTarget { graph, pipeline }
+    }
+
     /// Opens the graph.
     pub fn open(&self) -> Result<GraphStore, Error> {
         Ok(self.open_with_spec()?.0)

@@ -13,14 +13,15 @@ use super::prompt::fact_request;
 use super::record::RecordPlaces;
 use super::reply::{FactOut, FactReply};
 use super::times::{default_start, fact_times, on_day, written_time};
+use super::when::resolve_when;
 use super::{
-    ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention, Prompts,
-    Rejected, dropped, within_budget,
+    Evidence, ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention,
+    Prompts, Rejected, dropped, within_budget,
 };
 use crate::cues::ends::stated_start;
 use crate::cues::sentences::Sentences;
 use crate::llm::{LlmClient, LlmError};
-use crate::ontology::{Ontology, is_relation_type_name};
+use crate::ontology::{Ontology, PropertyType, is_relation_type_name};
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
@@ -62,14 +63,14 @@ pub async fn extract_facts(
                 f.source, f.relation_type, f.target, f.fact
             ),
         };
-        let (fact, kept_as) = match reading.fact(&f) {
+        let (fact, notes) = match reading.fact(&f) {
             Ok(read) => read,
             Err(reason) => {
                 rejected.push(reject(reason));
                 continue;
             }
         };
-        rejected.extend(kept_as.map(reject));
+        rejected.extend(notes.into_iter().map(reject));
         let key = (
             fact.source,
             fact.target,
@@ -108,6 +109,8 @@ struct Reading<'a> {
     record: Option<RecordPlaces>,
     /// Whether a pair must be stated by one sentence of the episode.
     judged: bool,
+    /// The episode's text, which an end's words must be quoted from.
+    evidence: Evidence,
 }
 
 impl<'a> Reading<'a> {
@@ -137,12 +140,14 @@ impl<'a> Reading<'a> {
             sentences,
             record,
             judged,
+            evidence: Evidence::of(&episode.content),
         }
     }
 
-    /// The fact a reply's fact makes, with a note when it is kept under
-    /// another type than the one given; or why it is dropped.
-    fn fact(&self, f: &FactOut) -> Result<(FactMention, Option<String>), String> {
+    /// The fact a reply's fact makes, with notes for the `failures` table
+    /// (kept under another type than the one given, an end not taken); or
+    /// why it is dropped.
+    fn fact(&self, f: &FactOut) -> Result<(FactMention, Vec<String>), String> {
         let (s, t) = self.ends(f)?;
         let text = f.fact.trim();
         if text.is_empty() {
@@ -161,7 +166,8 @@ impl<'a> Reading<'a> {
             .edge_tree
             .chain(&relation)
             .unwrap_or_else(|| vec![relation.clone()]);
-        let times = self.times(f, &relation, (s, t), text);
+        let (end, end_note) = self.end(f);
+        let times = self.times(f, end, &relation, (s, t), text);
         let fact = FactMention {
             episode_id: self.episode.episode_id.clone(),
             source: s,
@@ -175,7 +181,45 @@ impl<'a> Reading<'a> {
             start_stated: times.start_stated,
             moved: times.moved,
         };
-        Ok((fact, kept_as))
+        Ok((fact, kept_as.into_iter().chain(end_note).collect()))
+    }
+
+    /// The end a reply's fact states: the day its `when` names
+    /// ([`resolve_when`], against this episode's time only), when its
+    /// `words` are the episode's; or the date a server that ignores the
+    /// schema wrote as `invalid_at`. A note says why a stated end is not
+    /// taken.
+    fn end(&self, f: &FactOut) -> (Option<DateTime<Utc>>, Option<String>) {
+        let reference = self.episode.reference_time;
+        let Some(end) = &f.ends else {
+            return (written_time(f.invalid_at.as_deref(), reference), None);
+        };
+        if !self
+            .evidence
+            .holds(PropertyType::Text, &end.words.as_str().into())
+        {
+            return (
+                None,
+                Some(format!(
+                    "the end's words `{}` are not the episode's: end not taken",
+                    end.words.trim()
+                )),
+            );
+        }
+        match resolve_when(&end.when, reference) {
+            Some(day) => (Some(on_day(day, reference)), None),
+            None => match written_time(Some(end.when.as_str()), reference) {
+                Some(t) => (Some(t), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "the end `{}` (\"{}\") names no day: end not taken",
+                        end.when.trim(),
+                        end.words.trim()
+                    )),
+                ),
+            },
+        }
     }
 
     /// The mentions a fact names as its source and target, when they are
@@ -295,7 +339,14 @@ impl<'a> Reading<'a> {
 
     /// The times of a fact of `relation` from `s` to `t` with sentence
     /// `text`, and whether its start is stated and it is a move.
-    fn times(&self, f: &FactOut, relation: &str, (s, t): (usize, usize), text: &str) -> Times {
+    fn times(
+        &self,
+        f: &FactOut,
+        end: Option<DateTime<Utc>>,
+        relation: &str,
+        (s, t): (usize, usize),
+        text: &str,
+    ) -> Times {
         let spec = self.spec;
         let sentences = &self.sentences;
         let reference = self.episode.reference_time;
@@ -320,7 +371,7 @@ impl<'a> Reading<'a> {
         .or(move_day);
         let (mut valid_at, invalid_at) = fact_times(
             stated,
-            written_time(f.invalid_at.as_deref(), reference),
+            end,
             text,
             || sentences.pair_end(s, t, reference),
             reference,

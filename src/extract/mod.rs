@@ -31,6 +31,7 @@ mod reply;
 mod tests;
 mod times;
 mod types;
+mod when;
 
 pub use crate::spec::extract::{AskedProperties, ExtractSpec, FactStart};
 pub use entities::extract_entities;
@@ -42,9 +43,10 @@ pub use fit::{
 };
 pub use prompt::{Prompts, attributes_schema, describe_edge_type, describe_type, value_schema};
 pub use reply::{AttributeOut, AttributesOut, entity_reply_bound, fact_reply_bound};
+pub use when::{END_WORDS_MAX_CHARS, WHEN_MAX_CHARS, WHEN_PATTERN, resolve_when};
 
 /// Version of the extraction prompts; part of the cache key.
-pub const PROMPT_VERSION: &str = "extract-v3";
+pub const PROMPT_VERSION: &str = "extract-v4";
 
 /// One entity found in one episode.
 #[derive(Debug, Clone, PartialEq)]

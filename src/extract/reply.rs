@@ -87,7 +87,18 @@ pub(super) struct SourcedFactOut {
     relation_type: String,
     fact: String,
     valid_at: Option<String>,
+    #[serde(default)]
+    ends: Option<EndOut>,
+    #[serde(default)]
     invalid_at: Option<String>,
+}
+
+/// An end a reply states: the episode's words and when, in the grammar
+/// of [`super::when`].
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct EndOut {
+    pub(super) words: String,
+    pub(super) when: String,
 }
 
 impl FactsOut {
@@ -111,6 +122,7 @@ impl FactsOut {
                                 relation_type: f.relation_type,
                                 fact: f.fact,
                                 valid_at: f.valid_at,
+                                ends: f.ends,
                                 invalid_at: f.invalid_at,
                             }),
                             Err(e) => notes.push(format!("a fact of `{source}` dropped: {e}")),
@@ -130,6 +142,11 @@ pub(super) struct FactOut {
     pub(super) relation_type: String,
     pub(super) fact: String,
     pub(super) valid_at: Option<String>,
+    /// The end the reply states, as the schema asks for it.
+    #[serde(default)]
+    pub(super) ends: Option<EndOut>,
+    /// A date a server that ignores the schema may write instead.
+    #[serde(default)]
     pub(super) invalid_at: Option<String>,
 }
 

@@ -509,12 +509,8 @@ fn a_fact_start_read_from_the_text_is_not_asked_of_the_model() {
         ..ExtractSpec::default()
     };
     for props in keys(&text) {
-        assert_eq!(
-            props,
-            ["source", "relation_type", "target", "fact", "invalid_at"]
-        );
+        assert_eq!(props, ["source", "relation_type", "target", "fact", "ends"]);
     }
-    // ("invalid_at" holds "valid_at": look for the rule's own line.)
     assert!(fact_task(&onto, &ExtractSpec::default(), false).contains("- valid_at:"));
     assert!(!fact_task(&onto, &text, false).contains("- valid_at:"));
 }
@@ -586,7 +582,7 @@ fn facts_grouped_by_source_offer_only_what_that_entity_can_start() {
         .collect();
     assert_eq!(
         keys,
-        ["relation_type", "target", "fact", "valid_at", "invalid_at"]
+        ["relation_type", "target", "fact", "valid_at", "ends"]
     );
     assert_eq!(dana[0]["required"].as_array().map(Vec::len), Some(5));
     // A company starts no declared type here: only the free shape.
@@ -600,7 +596,7 @@ fn facts_grouped_by_source_offer_only_what_that_entity_can_start() {
     // A reply grouped by source reads as facts with their source.
     let reply: FactReply = serde_json::from_value(json!({"facts": {
         "Dana": [{"relation_type": "WORKS_FOR", "target": "Acme", "fact": "Dana works for Acme.",
-                  "valid_at": null, "invalid_at": null}, {"target": "Acme"}],
+                  "valid_at": null, "ends": null}, {"target": "Acme"}],
         "Acme": []
     }}))
     .expect("grouped reply");

@@ -34,3 +34,4 @@ mod source;
 mod spec_table;
 mod store_protocol;
 mod suite;
+mod typed_facts;

@@ -1,0 +1,191 @@
+//! Typed facts on a user's own ontology: relations refine the types of
+//! their ends (domain and range inference), and an end the model states
+//! as words and a time expression is dated by the resolver against the
+//! stating episode. The model is a faithful HTTP server that types every
+//! entity at its top-level type and lets the entity walk choose no
+//! subtype, as the 1.5B model did on terse one-line descriptions.
+
+use graphloom::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
+use graphloom::run::RunOptions;
+use graphloom::spec::{PipelineSpec, SourceSpec};
+use graphloom::store::GraphStore;
+use serde_json::{Value, json};
+
+use crate::common;
+use crate::run_pipeline::query;
+
+/// Written on Wednesday 12 March 2025.
+const EPISODE: &str = r#"{"id": "chat-1", "kind": "message", "reference_time": "2025-03-12T09:30:00Z", "content": "Hana: Quillcli depends on Quillparse. Brightforge pays for Quillparse work until the end of June. Priya Natarajan left Brightforge last Friday. Ravi Menon works for Brightforge."}"#;
+
+fn facts() -> Value {
+    json!({"facts": [
+        {"source": "Quillcli", "relation_type": "DEPENDS_ON", "target": "Quillparse",
+         "fact": "Quillcli depends on Quillparse.", "ends": null},
+        {"source": "Brightforge", "relation_type": "SUPPORTS", "target": "Quillparse",
+         "fact": "Brightforge pays for Quillparse work.",
+         "ends": {"words": "until the end of June", "when": "end of june"}},
+        {"source": "Priya Natarajan", "relation_type": "WORKS_FOR", "target": "Brightforge",
+         "fact": "Priya Natarajan worked for Brightforge.",
+         "ends": {"words": "left Brightforge last Friday", "when": "last friday"}},
+        {"source": "Ravi Menon", "relation_type": "WORKS_FOR", "target": "Brightforge",
+         "fact": "Ravi Menon works for Brightforge.",
+         "ends": {"words": "retired in May", "when": "may"}}
+    ]})
+}
+
+fn answer(req: &ChatRequestView) -> Reply {
+    let system = req.last("system").unwrap_or_default();
+    let user = req.last("user").unwrap_or_default();
+    if user.contains("TASK: list the named entities") {
+        Reply::json(&json!({"entities": [
+            {"name": "Hana", "type": "Person"},
+            {"name": "Quillcli", "type": "Project"},
+            {"name": "Quillparse", "type": "Project"},
+            {"name": "Brightforge", "type": "Organization"},
+            {"name": "Priya Natarajan", "type": "Person"},
+            {"name": "Ravi Menon", "type": "Person"}
+        ]}))
+    } else if user.contains("TASK: state every fact") {
+        Reply::json(&facts())
+    } else if system.contains("already classified as") {
+        // The entity walk finds no subtype; the edge walk names the kind
+        // of support the fact's words give.
+        let items: Vec<Value> = user
+            .split("\n[")
+            .filter_map(|block| {
+                let (id, text) = block.trim_start_matches('[').split_once(']')?;
+                let id: u64 = id.parse().ok()?;
+                let sub = if system.contains("is a fact") && text.contains("pays for") {
+                    "SPONSORS"
+                } else {
+                    "none"
+                };
+                Some(json!({"id": id, "subtype": sub}))
+            })
+            .collect();
+        common::walk_reply(items)
+    } else {
+        // Resolution asks nothing of this graph; anything else is a bug.
+        Reply::error(400, "unexpected prompt", "invalid_request_error", None)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn relations_refine_parent_types_and_stated_ends_are_dated_against_their_episode() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("episodes");
+    std::fs::create_dir_all(&source).expect("mkdir");
+    std::fs::write(source.join("chat.jsonl"), format!("{EPISODE}\n")).expect("write");
+    let server = TestServer::start(Behavior::with_responder(answer))
+        .await
+        .expect("server");
+    let mut spec = PipelineSpec::from_path(&common::repo().join("corpora/software/pipeline.toml"))
+        .expect("the software corpus's pipeline");
+    spec.source = Some(SourceSpec {
+        url: source.to_str().expect("utf-8").to_string(),
+        ..spec.source.clone().expect("a source")
+    });
+    spec.llm.base_url = server.base_url();
+    spec.llm.max_attempts = 1;
+    spec.llm.extra_body = Default::default();
+    let store = GraphStore::open(
+        dir.path().join("graph").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open");
+    let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
+    let report = graphloom::run::run(&spec, &ontology, &store, &RunOptions::default())
+        .await
+        .expect("run");
+    assert_eq!(report.episodes_added, 1, "{:?}", report.failure_samples);
+
+    // The fact call offered DEPENDS_ON (between subtypes of Project) for
+    // two mentions at Project.
+    let fact_call = server
+        .requests()
+        .into_iter()
+        .find(|r| r.body.to_string().contains("TASK: state every fact"))
+        .expect("a fact call");
+    assert!(
+        fact_call.body["response_format"]
+            .to_string()
+            .contains("DEPENDS_ON"),
+        "the fact schema offers a relation whose ends are subtypes of the mentions' types"
+    );
+
+    let labels = query(&store, "SELECT name, labels FROM nodes ORDER BY name").await;
+    let label_of = |name: &str| -> Vec<String> {
+        labels
+            .iter()
+            .find(|r| r["name"] == name)
+            .and_then(|r| r["labels"].as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // SPONSORS (Company → Project), chosen by the edge walk, makes
+    // Brightforge a company; DEPENDS_ON makes its target a library, and
+    // leaves its source, which may be either kind of project, at Project.
+    assert_eq!(
+        label_of("Brightforge"),
+        ["Entity", "Organization", "Company"]
+    );
+    assert_eq!(label_of("Quillparse"), ["Entity", "Project", "Library"]);
+    assert_eq!(label_of("Quillcli"), ["Entity", "Project"]);
+
+    let edges = query(
+        &store,
+        "SELECT s.name AS source, e.relation_type, t.name AS target, \
+                CAST(e.invalid_at AS VARCHAR) AS invalid_at \
+         FROM edges e JOIN nodes s ON e.source_node_id = s.node_id \
+         JOIN nodes t ON e.target_node_id = t.node_id ORDER BY s.name",
+    )
+    .await;
+    let edge = |source: &str| -> (String, String) {
+        let row = edges
+            .iter()
+            .find(|r| r["source"] == source)
+            .unwrap_or_else(|| panic!("an edge from {source}: {edges:?}"));
+        (
+            row["relation_type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            row["invalid_at"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let (sponsors, end) = edge("Brightforge");
+    assert_eq!(sponsors, "SPONSORS");
+    assert!(end.starts_with("2025-06-30"), "end of June: {end}");
+    let (works, end) = edge("Priya Natarajan");
+    assert_eq!(works, "WORKS_FOR");
+    assert!(end.starts_with("2025-03-07"), "the Friday before: {end}");
+    // An end whose words the episode does not write is not taken.
+    let (works, end) = edge("Ravi Menon");
+    assert_eq!((works.as_str(), end.as_str()), ("WORKS_FOR", ""));
+    // DEPENDS_ON cannot hold from a bare Project: kept under the generic
+    // type, with a row that says so.
+    let (generic, _) = edge("Quillcli");
+    assert_eq!(generic, graphloom::extract::GENERIC_RELATION);
+
+    let failures = query(&store, "SELECT reason FROM failures").await;
+    let reasons: Vec<&str> = failures
+        .iter()
+        .filter_map(|r| r["reason"].as_str())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("`DEPENDS_ON` does not allow Project → Library")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("`retired in May` are not the episode's")),
+        "{reasons:?}"
+    );
+}
