@@ -218,6 +218,18 @@ fn print_graph_changes(r: &RunReport) {
             r.majority_retyped
         );
     }
+    let fired: Vec<String> = r
+        .cue_fires
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    if !fired.is_empty() {
+        out!("language cues fired: {}", fired.join(", "));
+    }
+    if !r.cues_off.is_empty() {
+        out!("language cues off: {}", r.cues_off.join(", "));
+    }
     if r.refined_by_relations > 0 {
         out!(
             "facts' relations named the subtype of {} text mentions",

@@ -281,3 +281,98 @@ pub const REGISTRY: &[Cue] = &[
 pub fn cue(name: &str) -> Option<&'static Cue> {
     REGISTRY.iter().find(|c| c.name == name)
 }
+
+/// Which cues a run applies, and how often each changed an outcome.
+///
+/// A cue is on when `[extract.cues]` says so by name, else when its
+/// language is the pipeline's (`extract.language`, default `"en"`). Built
+/// once per run; clones share the counts, so the run reports them after
+/// every episode's calls, whichever task made them.
+#[derive(Debug, Clone)]
+pub struct Switches {
+    on: Vec<bool>,
+    fired: std::sync::Arc<Vec<std::sync::atomic::AtomicU64>>,
+}
+
+impl Default for Switches {
+    /// Every cue on, as for a pipeline in English.
+    fn default() -> Self {
+        Switches::new("en", &std::collections::BTreeMap::new())
+    }
+}
+
+impl Switches {
+    /// The switches of a pipeline in `language` with `overrides` by cue
+    /// name (names not in [`REGISTRY`] are refused by the spec's checks
+    /// and ignored here).
+    pub fn new(language: &str, overrides: &std::collections::BTreeMap<String, bool>) -> Self {
+        let on = REGISTRY
+            .iter()
+            .map(|c| {
+                overrides
+                    .get(c.name)
+                    .copied()
+                    .unwrap_or(c.language.code() == language)
+            })
+            .collect();
+        let fired = REGISTRY
+            .iter()
+            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .collect();
+        Switches {
+            on,
+            fired: std::sync::Arc::new(fired),
+        }
+    }
+
+    fn index(name: &str) -> Option<usize> {
+        REGISTRY.iter().position(|c| c.name == name)
+    }
+
+    /// Whether the cue `name` is on (an unknown name is off).
+    pub fn on(&self, name: &str) -> bool {
+        Self::index(name).is_some_and(|i| self.on[i])
+    }
+
+    /// Whether the cue `name` is on and `rule` holds; a hold counts as
+    /// one firing. The rule is not evaluated when the cue is off.
+    pub fn fires(&self, name: &str, rule: impl FnOnce() -> bool) -> bool {
+        let Some(i) = Self::index(name) else {
+            return false;
+        };
+        if !self.on[i] || !rule() {
+            return false;
+        }
+        self.fired[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
+    /// What the cue `name` gives when it is on (a firing when it gives
+    /// something), `None` when it is off.
+    pub fn gives<T>(&self, name: &str, rule: impl FnOnce() -> Option<T>) -> Option<T> {
+        let mut out = None;
+        self.fires(name, || {
+            out = rule();
+            out.is_some()
+        });
+        out
+    }
+
+    /// How often each cue that is on fired, in registry order, and the
+    /// names of those that are off.
+    pub fn counts(&self) -> (Vec<(&'static str, u64)>, Vec<&'static str>) {
+        let mut fired = Vec::new();
+        let mut off = Vec::new();
+        for (i, c) in REGISTRY.iter().enumerate() {
+            if self.on[i] {
+                fired.push((
+                    c.name,
+                    self.fired[i].load(std::sync::atomic::Ordering::Relaxed),
+                ));
+            } else {
+                off.push(c.name);
+            }
+        }
+        (fired, off)
+    }
+}

@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 
+use super::Switches;
 use super::dates::refers_back;
 use super::ends::{stated_end_after, stated_start};
 use super::mail::{HEADERS, org_of_address};
@@ -26,6 +27,8 @@ pub(crate) struct Sentences<'a> {
     anywhere: Vec<bool>,
     /// Per mention: how a sentence names it.
     names: Vec<NameWords>,
+    /// The cues a run applies.
+    cues: Switches,
 }
 
 /// How a sentence names a mention: all its words in a row (case
@@ -39,12 +42,14 @@ struct NameWords {
 }
 
 impl NameWords {
-    pub(crate) fn of(name: &str) -> Self {
+    pub(crate) fn of(name: &str, by_first_word: bool) -> Self {
         NameWords {
             whole: crate::text::words(name).map(str::to_lowercase).collect(),
             first: crate::text::words(name)
                 .next()
-                .filter(|w| w.chars().count() >= 3 && w.starts_with(char::is_uppercase))
+                .filter(|w| {
+                    by_first_word && w.chars().count() >= 3 && w.starts_with(char::is_uppercase)
+                })
                 .map(str::to_string),
         }
     }
@@ -117,9 +122,23 @@ impl Sentence<'_> {
 }
 
 impl<'a> Sentences<'a> {
+    /// The sentences of `content` read for the names of `mentions`, with
+    /// every cue on.
+    #[cfg(test)]
     pub(crate) fn new(content: &'a str, mentions: &[&str]) -> Self {
+        Self::with_cues(content, mentions, &Switches::default())
+    }
+
+    /// The sentences of `content` read for the names of `mentions`, by
+    /// the cues `cues` has on.
+    pub(crate) fn with_cues(content: &'a str, mentions: &[&str], cues: &Switches) -> Self {
+        let cues = cues.clone();
         // Each name's words are taken once, not once per sentence.
-        let names: Vec<NameWords> = mentions.iter().map(|m| NameWords::of(m)).collect();
+        let by_first_word = cues.on("name_by_first_word");
+        let names: Vec<NameWords> = mentions
+            .iter()
+            .map(|m| NameWords::of(m, by_first_word))
+            .collect();
         // The names folded as a domain label would write them, taken only
         // for an episode with a `From:` address.
         let mut folded: Option<Vec<String>> = None;
@@ -145,16 +164,20 @@ impl<'a> Sentences<'a> {
             sentences: Vec::new(),
             anywhere: vec![false; mentions.len()],
             names: Vec::new(),
+            cues: Switches::default(),
         };
         let mut sender: Option<usize> = None;
         let mut sender_org: Option<usize> = None;
         for line in content.lines() {
             let lower = line.trim_start().to_lowercase();
-            if let Some(header) = HEADERS.iter().find(|h| lower.starts_with(*h)) {
+            let header = HEADERS.iter().find(|h| lower.starts_with(*h));
+            if let Some(header) = header.filter(|_| cues.fires("mail_headers", || true)) {
                 let named = named_in(line);
                 if *header == "from:" {
                     sender = named.first().copied();
-                    sender_org = org_of_address(line, folded.get_or_insert_with(fold));
+                    sender_org = cues.gives("mail_domain_org", || {
+                        org_of_address(line, folded.get_or_insert_with(fold))
+                    });
                 }
                 for i in named {
                     out.anywhere[i] = true;
@@ -164,10 +187,12 @@ impl<'a> Sentences<'a> {
             // Cue `chat_speaker`.
             let (writer, org, said) = match line.split_once(": ") {
                 Some((speaker, said))
-                    if (1..=4).contains(&speaker.split_whitespace().count())
-                        && speaker
-                            .split_whitespace()
-                            .all(|w| w.starts_with(char::is_uppercase)) =>
+                    if cues.fires("chat_speaker", || {
+                        (1..=4).contains(&speaker.split_whitespace().count())
+                            && speaker
+                                .split_whitespace()
+                                .all(|w| w.starts_with(char::is_uppercase))
+                    }) =>
                 {
                     let named = named_in(speaker);
                     for &i in &named {
@@ -179,7 +204,9 @@ impl<'a> Sentences<'a> {
                 _ => (sender, sender_org, line),
             };
             // Cue `sentence_split`.
-            for sentence in said.split(['.', '!', '?', ';']) {
+            let split = cues.fires("sentence_split", || said.contains(['.', '!', '?', ';']));
+            let marks: &[char] = if split { &['.', '!', '?', ';'] } else { &[] };
+            for sentence in said.split(marks) {
                 if sentence.trim().is_empty() {
                     continue;
                 }
@@ -188,12 +215,16 @@ impl<'a> Sentences<'a> {
                     out.anywhere[i] = true;
                 }
                 // Cue `first_person`.
-                let first_person = crate::text::words(sentence)
-                    .any(|w| matches!(w, "I" | "me" | "my" | "Me" | "My"));
+                let first_person = cues.fires("first_person", || {
+                    crate::text::words(sentence)
+                        .any(|w| matches!(w, "I" | "me" | "my" | "Me" | "My"))
+                });
                 // Cue `first_person_plural`.
                 // "US" in capitals is a country, not "us".
-                let we = crate::text::words(sentence)
-                    .any(|w| matches!(w, "we" | "We" | "our" | "Our" | "us" | "ours"));
+                let we = cues.fires("first_person_plural", || {
+                    crate::text::words(sentence)
+                        .any(|w| matches!(w, "we" | "We" | "our" | "Our" | "us" | "ours"))
+                });
                 out.sentences.push(Sentence {
                     text: sentence,
                     named,
@@ -205,6 +236,7 @@ impl<'a> Sentences<'a> {
             }
         }
         out.names = names;
+        out.cues = cues;
         out
     }
 
@@ -282,6 +314,9 @@ impl<'a> Sentences<'a> {
         thing: usize,
         today: NaiveDate,
     ) -> Option<(usize, NaiveDate)> {
+        if !self.cues.on("handover") {
+            return None;
+        }
         self.sentences.iter().enumerate().find_map(|(k, s)| {
             if !s.named.contains(&thing) {
                 return None;
@@ -290,7 +325,7 @@ impl<'a> Sentences<'a> {
             let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
             let verb = lower
                 .windows(2)
-                .position(|w| is_taking_over(&w[0], &w[1]))?;
+                .position(|w| self.cues.on("taking_over") && is_taking_over(&w[0], &w[1]))?;
             let after = verb + 2;
             self.names[thing].in_words(&words[after..])?;
             let rest = &lower[after..];
@@ -308,6 +343,7 @@ impl<'a> Sentences<'a> {
             if !gives {
                 return None;
             }
+            self.cues.fires("handover", || true);
             Some((k, self.day_of(k, today).unwrap_or(today)))
         })
     }
@@ -318,12 +354,15 @@ impl<'a> Sentences<'a> {
     /// wrote before it.
     pub(crate) fn day_of(&self, k: usize, today: NaiveDate) -> Option<NaiveDate> {
         let text = self.sentences[k].text;
-        stated_start(text, today)
-            .or_else(|| crate::cues::dates::last_date(text, today))
+        let cues = &self.cues;
+        cues.gives("stated_start", || stated_start(text, today))
+            .or_else(|| cues.gives("last_date", || crate::cues::dates::last_date(text, today)))
             .or_else(|| {
                 // Cue `then_refers_back`.
-                let then = crate::text::words(text).any(|w| w.eq_ignore_ascii_case("then"));
-                (refers_back(text) || then)
+                let then = cues.fires("then_refers_back", || {
+                    crate::text::words(text).any(|w| w.eq_ignore_ascii_case("then"))
+                });
+                (cues.fires("refers_back", || refers_back(text)) || then)
                     .then(|| self.date_before(k, today))
                     .flatten()
             })
@@ -363,10 +402,14 @@ impl<'a> Sentences<'a> {
     /// its "that day" read as the last date written before it.
     pub(crate) fn end_in(&self, k: usize, today: NaiveDate) -> Option<NaiveDate> {
         let text = self.sentences[k].text;
-        let earlier = refers_back(text)
+        let cues = &self.cues;
+        let earlier = cues
+            .fires("refers_back", || refers_back(text))
             .then(|| self.date_before(k, today))
             .flatten();
-        stated_end_after(text, today, earlier)
+        cues.gives("stated_end_after", || {
+            stated_end_after(text, today, earlier)
+        })
     }
 
     /// Whether the episode says `mover` moves to `to`: a sentence about
@@ -381,12 +424,15 @@ impl<'a> Sentences<'a> {
     /// Returns the sentence, by number.
     /// Cue `move_to`.
     pub(crate) fn moved_to(&self, mover: usize, to: usize) -> Option<usize> {
-        self.about_pair_at(mover, to).find(|&k| {
+        if !self.cues.on("move_to") {
+            return None;
+        }
+        let found = self.about_pair_at(mover, to).find(|&k| {
             let s = &self.sentences[k];
             let words: Vec<&str> = crate::text::words(s.text).collect();
             let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
             (0..lower.len()).any(|verb| {
-                if !is_moving_verb(&lower[verb]) {
+                if !(self.cues.on("moving_verb") && is_moving_verb(&lower[verb])) {
                     return false;
                 }
                 let mut at = verb + 1;
@@ -406,7 +452,11 @@ impl<'a> Sentences<'a> {
                         .in_words(&words[at + 1..])
                         .is_some_and(|(start, _)| start <= 2)
             })
-        })
+        });
+        if found.is_some() {
+            self.cues.fires("move_to", || true);
+        }
+        found
     }
 
     /// The day the episode starts the relationship between `a` and `b`,
@@ -416,8 +466,10 @@ impl<'a> Sentences<'a> {
     /// July, which the model's "Skylark Messaging supplies Notification
     /// Hub" does not say.
     pub(crate) fn pair_start(&self, a: usize, b: usize, today: NaiveDate) -> Option<NaiveDate> {
-        self.about_pair(a, b)
-            .find_map(|text| stated_start(text, today))
+        self.about_pair(a, b).find_map(|text| {
+            self.cues
+                .gives("stated_start", || stated_start(text, today))
+        })
     }
 
     /// The last date written before sentence `k`: what its "that day"

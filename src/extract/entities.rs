@@ -9,6 +9,7 @@ use super::names::NameChecks;
 use super::reply::{EntityOut, EntityReply};
 use super::types::TypeWords;
 use super::{ExtractSpec, Mention, Prompts, Rejected, dropped, within_budget};
+use crate::cues::Switches;
 use crate::cues::names::shares_a_word;
 use crate::llm::{LlmClient, LlmError};
 use crate::ontology::{ENTITY_LABEL, Ontology};
@@ -48,7 +49,14 @@ pub async fn extract_entities(
         shown_words: &shown_words,
         source_only: source_only.as_deref(),
     };
-    let mut found = Found::new(ontology, spec, &prompts.type_words, episode, rejected);
+    let mut found = Found::new(
+        ontology,
+        spec,
+        &prompts.type_words,
+        &prompts.cues,
+        episode,
+        rejected,
+    );
     for e in reply.value.entities {
         found.offer(&checks, &evidence, e);
     }
@@ -106,15 +114,43 @@ fn source_only(episode: &Episode) -> Option<String> {
 /// a code as the episode writes it, and without a count in front of it, a
 /// price in brackets after it or an affiliation after it ("Oskar from
 /// Pellucid"), none of which is part of it.
-fn cleaned_name(offered: &str, content: &str) -> String {
+fn cleaned_name(offered: &str, content: &str, cues: &Switches) -> String {
     let name = offered
         .trim()
         .trim_matches(|c: char| c == '"' || c == '\'')
         .trim()
         .to_string();
     let name = crate::text::as_written(&name, content);
-    let name = crate::cues::prices::without_count(crate::cues::prices::without_price(&name));
-    crate::cues::people::without_affiliation(name).to_string()
+    let name = cut(
+        cues,
+        "without_price",
+        &name,
+        crate::cues::prices::without_price,
+    );
+    let name = cut(
+        cues,
+        "without_count",
+        name,
+        crate::cues::prices::without_count,
+    );
+    cut(
+        cues,
+        "without_affiliation",
+        name,
+        crate::cues::people::without_affiliation,
+    )
+    .to_string()
+}
+
+/// `name` as the cue `cue` shortens it, when it is on; a shortening
+/// counts as its firing.
+fn cut<'n>(cues: &Switches, cue: &str, name: &'n str, rule: fn(&str) -> &str) -> &'n str {
+    let mut out = name;
+    cues.fires(cue, || {
+        out = rule(name);
+        out.len() != name.len()
+    });
+    out
 }
 
 /// The mentions an entity call's reply makes, as they are found, and what
@@ -123,6 +159,7 @@ struct Found<'a> {
     ontology: &'a Ontology,
     spec: &'a ExtractSpec,
     type_words: &'a TypeWords,
+    cues: &'a Switches,
     episode: &'a Episode,
     /// The episode's content in lower case.
     lower: String,
@@ -139,6 +176,7 @@ impl<'a> Found<'a> {
         ontology: &'a Ontology,
         spec: &'a ExtractSpec,
         type_words: &'a TypeWords,
+        cues: &'a Switches,
         episode: &'a Episode,
         rejected: Vec<Rejected>,
     ) -> Self {
@@ -146,6 +184,7 @@ impl<'a> Found<'a> {
             ontology,
             spec,
             type_words,
+            cues,
             episode,
             lower: episode.content.to_lowercase(),
             chars: episode.content.chars().collect(),
@@ -161,7 +200,7 @@ impl<'a> Found<'a> {
     /// do a type's words the episode writes in front of a code the model
     /// listed alone ("signing order form QF-0087").
     fn named(&self, offered: &str) -> (String, Option<Vec<String>>) {
-        let name = cleaned_name(offered, &self.episode.content);
+        let name = cleaned_name(offered, &self.episode.content, self.cues);
         let tree = &self.ontology.entity_tree;
         match self.type_words.type_and_code(&name) {
             Some((kind, code)) => (code.to_string(), tree.chain(kind)),
@@ -290,7 +329,8 @@ impl<'a> Found<'a> {
     /// Takes identity values off the mentions they were not written for
     /// ([`misplaced_identity_values`]), each with a rejection.
     fn take_misplaced_identity_values(&mut self) {
-        for (i, reason) in misplaced_identity_values(self.ontology, &self.lower, &mut self.mentions)
+        for (i, reason) in
+            misplaced_identity_values(self.ontology, &self.lower, &mut self.mentions, self.cues)
         {
             self.rejected.push(Rejected {
                 stage: Stage::ExtractEntities,
@@ -318,6 +358,7 @@ pub(super) fn misplaced_identity_values(
     ontology: &Ontology,
     lower: &str,
     mentions: &mut [Mention],
+    cues: &Switches,
 ) -> Vec<(usize, String)> {
     let spots_of = |needle: &str| -> Vec<usize> {
         if needle.is_empty() {
@@ -387,10 +428,11 @@ pub(super) fn misplaced_identity_values(
                 // A nearest name sharing a word with the mention's own
                 // ("D. Whitcombe", "Dana Whitcombe") may be the same
                 // entity: resolution decides.
-                let kin = around
-                    .iter()
-                    .filter(|a| Some(a.0) == best)
-                    .any(|a| shares_a_word(&mentions[a.1].name, &mentions[i].name));
+                let kin = around.iter().filter(|a| Some(a.0) == best).any(|a| {
+                    cues.fires("shared_long_word", || {
+                        shares_a_word(&mentions[a.1].name, &mentions[i].name)
+                    })
+                });
                 if best.is_none() || (mine.is_some() && mine == best) || kin {
                     return true;
                 }

@@ -18,6 +18,7 @@ use super::{
     Evidence, ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention,
     Prompts, Rejected, dropped, within_budget,
 };
+use crate::cues::Switches;
 use crate::cues::ends::stated_start;
 use crate::cues::sentences::Sentences;
 use crate::llm::{LlmClient, LlmError};
@@ -52,7 +53,7 @@ pub async fn extract_facts(
     let (facts_out, unshaped) = reply.value.facts.into_list();
     rejected.extend(dropped(Stage::ExtractFacts, episode, unshaped));
     let mut seen: BTreeMap<(usize, usize, String, String), ()> = BTreeMap::new();
-    let reading = Reading::new(ontology, spec, episode, mentions);
+    let reading = Reading::new(ontology, spec, &prompts.cues, episode, mentions);
     for f in facts_out {
         let reject = |reason: String| Rejected {
             stage: Stage::ExtractFacts,
@@ -111,12 +112,15 @@ struct Reading<'a> {
     judged: bool,
     /// The episode's text, which an end's words must be quoted from.
     evidence: Evidence,
+    /// The cues the run applies.
+    cues: &'a Switches,
 }
 
 impl<'a> Reading<'a> {
     fn new(
         ontology: &'a Ontology,
         spec: &'a ExtractSpec,
+        cues: &'a Switches,
         episode: &'a Episode,
         mentions: &'a [Mention],
     ) -> Self {
@@ -125,7 +129,7 @@ impl<'a> Reading<'a> {
             .enumerate()
             .map(|(i, m)| (normalize_name(&m.name), i))
             .collect();
-        let sentences = sentences_of(&episode.content, mentions);
+        let sentences = sentences_of(&episode.content, mentions, cues);
         // Records are not prose: their fields are not sentences, and their
         // structure says which values belong together.
         let record = (episode.kind == crate::spec::EpisodeKind::Json)
@@ -141,6 +145,7 @@ impl<'a> Reading<'a> {
             record,
             judged,
             evidence: Evidence::of(&episode.content),
+            cues,
         }
     }
 
@@ -270,7 +275,7 @@ impl<'a> Reading<'a> {
         if relation.is_empty() || !is_relation_type_name(&relation) {
             relation = GENERIC_RELATION.into();
         }
-        match declared_spelling(self.ontology, &relation) {
+        match declared_spelling(self.ontology, &relation, self.cues) {
             Some((declared, turned)) => {
                 if turned {
                     (declared, t, s)
@@ -364,7 +369,9 @@ impl<'a> Reading<'a> {
             .map(|d| on_day(d, reference));
         let stated = match spec.fact_start {
             FactStart::Model => written_time(f.valid_at.as_deref(), reference),
-            FactStart::Text => stated_start(text, today)
+            FactStart::Text => self
+                .cues
+                .gives("stated_start", || stated_start(text, today))
                 .or_else(|| sentences.pair_start(s, t, today))
                 .map(|d| on_day(d, reference)),
         }
@@ -373,6 +380,7 @@ impl<'a> Reading<'a> {
             stated,
             end,
             text,
+            self.cues,
             || sentences.pair_end(s, t, reference),
             reference,
         );
@@ -515,7 +523,11 @@ pub(super) fn ended_pairs(
 
 /// The sentences of `content` ([`Sentences`]), read for the names of
 /// `mentions`.
-pub(super) fn sentences_of<'a>(content: &'a str, mentions: &[Mention]) -> Sentences<'a> {
+pub(super) fn sentences_of<'a>(
+    content: &'a str,
+    mentions: &[Mention],
+    cues: &Switches,
+) -> Sentences<'a> {
     let names: Vec<&str> = mentions.iter().map(|m| m.name.as_str()).collect();
-    Sentences::new(content, &names)
+    Sentences::with_cues(content, &names, cues)
 }

@@ -2,6 +2,7 @@
 //! under, given the types of the fact's two ends.
 
 use super::GENERIC_RELATION;
+use crate::cues::Switches;
 use crate::cues::relations::{active_forms, is_preposition, passive_participle};
 use crate::ontology::Ontology;
 
@@ -37,7 +38,11 @@ pub fn relation_type_of(text: &str) -> String {
 /// of a participle X are X itself ("SUPPLIED"), and its present tense
 /// ("SUPPLIES", "OWNS", "APPROVES"). `None` for a declared type, or when
 /// no declared type is spelled.
-pub fn declared_spelling(ontology: &Ontology, relation: &str) -> Option<(String, bool)> {
+pub fn declared_spelling(
+    ontology: &Ontology,
+    relation: &str,
+    cues: &Switches,
+) -> Option<(String, bool)> {
     if ontology.edge_types.contains_key(relation) {
         return None;
     }
@@ -45,6 +50,9 @@ pub fn declared_spelling(ontology: &Ontology, relation: &str) -> Option<(String,
     let wanted = bare(relation);
     if let Some(name) = ontology.edge_types.keys().find(|n| bare(n) == wanted) {
         return Some((name.clone(), false));
+    }
+    if !cues.on("passive_relation") {
+        return None;
     }
     if let Some(participle) = passive_participle(relation)
         && let Some(active) = active_forms(participle)

@@ -46,7 +46,7 @@ pub use reply::{AttributeOut, AttributesOut, entity_reply_bound, fact_reply_boun
 pub use when::{END_WORDS_MAX_CHARS, WHEN_MAX_CHARS, WHEN_PATTERN, resolve_when};
 
 /// Version of the extraction prompts; part of the cache key.
-pub const PROMPT_VERSION: &str = "extract-v4";
+pub const PROMPT_VERSION: &str = "extract-v3";
 
 /// One entity found in one episode.
 #[derive(Debug, Clone, PartialEq)]

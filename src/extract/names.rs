@@ -39,10 +39,15 @@ impl NameChecks<'_> {
         {
             return Some(format!("`{name}` is a date or a number, not an entity"));
         }
-        if let Some(what) = crate::cues::kinds::non_entity_kind(name) {
+        let cues = &self.prompts.cues;
+        if let Some(what) = cues.gives("non_entity_kind", || {
+            crate::cues::kinds::non_entity_kind(name)
+        }) {
             return Some(format!("`{name}` is {what}, not an entity"));
         }
-        if crate::cues::dates::month_as_date(name, self.content) {
+        if cues.fires("month_as_date", || {
+            crate::cues::dates::month_as_date(name, self.content)
+        }) {
             return Some(format!(
                 "`{name}` is a month the episode uses as a date, not an entity"
             ));
@@ -60,23 +65,35 @@ impl NameChecks<'_> {
                 "`{name}` shares no word with the episode or its context: not a name it writes"
             ));
         }
-        if descriptions && crate::cues::nouns::common_noun(name, self.shown) {
+        if descriptions
+            && cues.fires("common_noun", || {
+                crate::cues::nouns::common_noun(name, self.shown)
+            })
+        {
             return Some(format!(
                 "`{name}` is written only in lower case in the episode and its context: a common noun, not a name"
             ));
         }
-        if descriptions && crate::cues::labels::only_a_label(name, &self.shown[0]) {
+        if descriptions
+            && cues.fires("only_a_label", || {
+                crate::cues::labels::only_a_label(name, &self.shown[0])
+            })
+        {
             return Some(format!(
                 "`{name}` is written only as a field label (`{name}:`) in the episode, not a name"
             ));
         }
         if descriptions
             && self.prompts.person_types.contains(kind)
-            && crate::cues::people::job_title(name)
+            && cues.fires("job_title", || crate::cues::people::job_title(name))
         {
             return Some(format!("`{name}` is a job title, not a person's name"));
         }
-        if descriptions && crate::cues::nouns::only_a_defined_term(name, self.shown) {
+        if descriptions
+            && cues.fires("only_a_defined_term", || {
+                crate::cues::nouns::only_a_defined_term(name, self.shown)
+            })
+        {
             return Some(format!(
                 "`{name}` is written only as a term for a party (`the {name}`), not a name"
             ));
@@ -84,7 +101,11 @@ impl NameChecks<'_> {
         if self.prompts.type_words.spelled_by(name) || normalized == normalize_name(ENTITY_LABEL) {
             return Some(format!("entity named after a type: `{name}`"));
         }
-        if descriptions && is_role_word(&self.prompts.role_words, name) {
+        if descriptions
+            && cues.fires("role_words", || {
+                is_role_word(&self.prompts.role_words, name)
+            })
+        {
             return Some(format!(
                 "`{name}` is a role or a kind the type descriptions name, not a name"
             ));

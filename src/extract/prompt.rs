@@ -123,11 +123,15 @@ pub struct Prompts {
     pub(super) role_words: HashSet<String>,
     /// The entity types of people, subtypes included ([`person_types`]).
     pub(super) person_types: HashSet<String>,
+    /// Which language cues apply, and their counts
+    /// (`extract.language`, `[extract.cues]`).
+    pub cues: crate::cues::Switches,
 }
 
 impl Prompts {
     /// The prompts of `ontology` under `spec`.
     pub fn new(ontology: &Ontology, spec: &ExtractSpec) -> Self {
+        let cues = crate::cues::Switches::new(spec.language.trim(), &spec.cues);
         Prompts {
             system: system_prompt(ontology, spec),
             entity_task: entity_task(spec),
@@ -135,8 +139,17 @@ impl Prompts {
             fact_task: fact_task(ontology, spec, false),
             fact_task_by_source: fact_task(ontology, spec, true),
             type_words: TypeWords::new(ontology),
-            role_words: role_words(ontology),
-            person_types: person_types(ontology),
+            role_words: if cues.on("role_words") {
+                role_words(ontology)
+            } else {
+                HashSet::new()
+            },
+            person_types: if cues.on("people_types") {
+                person_types(ontology)
+            } else {
+                HashSet::new()
+            },
+            cues,
         }
     }
 

@@ -219,7 +219,12 @@ fn an_identity_value_belongs_to_the_name_written_nearest_to_it() {
         // A value written as the name itself is the mention's own.
         person("priya@acme.example", "priya@acme.example"),
     ];
-    let taken = misplaced_identity_values(&ontology, &content.to_lowercase(), &mut mentions);
+    let taken = misplaced_identity_values(
+        &ontology,
+        &content.to_lowercase(),
+        &mut mentions,
+        &crate::cues::Switches::default(),
+    );
     assert_eq!(taken.len(), 1, "{taken:?}");
     assert_eq!(taken[0].0, 0);
     assert!(taken[0].1.contains("next to `Dana Whitcombe`"), "{taken:?}");
@@ -646,7 +651,8 @@ fn a_relation_spelled_without_underscores_or_in_the_other_voice_is_the_declared_
         source_targets = [{ source = "Team", target = "Service" }]
         "#,
     );
-    let read = |r: &str| declared_spelling(&onto, &relation_type_of(r));
+    let cues = crate::cues::Switches::default();
+    let read = |r: &str| declared_spelling(&onto, &relation_type_of(r), &cues);
     assert_eq!(read("suppliedby"), Some(("SUPPLIED_BY".into(), false)));
     assert_eq!(read("SuppliedBy"), Some(("SUPPLIED_BY".into(), false)));
     assert_eq!(read("supplied"), Some(("SUPPLIED_BY".into(), true)));
@@ -931,7 +937,8 @@ fn fact_times_take_the_episodes_time_on_its_day_and_an_end_the_sentence_states()
         .expect("some");
     let t = |s: &str| parse_time(Some(s)).expect("time");
     let at = |v| written_time(v, reference);
-    let times = |v, i, text| fact_times(at(v), at(i), text, || None, reference);
+    let cues = crate::cues::Switches::default();
+    let times = |v, i, text| fact_times(at(v), at(i), text, &cues, || None, reference);
     // A date on the episode's day is the episode's time; a written
     // time, or another day, is kept.
     assert_eq!(
@@ -986,6 +993,7 @@ fn fact_times_take_the_episodes_time_on_its_day_and_an_end_the_sentence_states()
             at(Some("2025-02-10")),
             at(None),
             "Hamid works for Tidewell",
+            &cues,
             || Some(today),
             reference
         ),
@@ -996,6 +1004,7 @@ fn fact_times_take_the_episodes_time_on_its_day_and_an_end_the_sentence_states()
             at(None),
             at(Some("2025-03-28")),
             "Hamid works for Tidewell",
+            &cues,
             || panic!("not read when the model gave an end"),
             reference
         ),
@@ -1010,6 +1019,7 @@ fn fact_times_take_the_episodes_time_on_its_day_and_an_end_the_sentence_states()
             at(Some("2025-02-10")),
             at(None),
             "Sofia is on the rotation",
+            &cues,
             friday,
             reference
         ),
@@ -1020,6 +1030,7 @@ fn fact_times_take_the_episodes_time_on_its_day_and_an_end_the_sentence_states()
             at(Some("2025-02-08")),
             at(None),
             "Sofia is on the rotation",
+            &cues,
             friday,
             reference
         ),
@@ -1112,7 +1123,11 @@ fn a_hand_over_of_a_relation_the_sentence_names_ends_the_givers_one() {
         reference_time_source: "field".into(),
         order: (0, 0),
     };
-    let sentences = sentences_of(&episode.content, &mentions);
+    let sentences = sentences_of(
+        &episode.content,
+        &mentions,
+        &crate::cues::Switches::default(),
+    );
     let spec = ExtractSpec::default();
     let ended = ended_pairs(&onto, &spec, &episode, &mentions, &sentences, &[]);
     let got: Vec<(&str, &str, &str, String)> = ended

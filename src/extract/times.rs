@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 
+use crate::cues::Switches;
 use crate::cues::ends::stated_end;
 use crate::values::parse_time;
 
@@ -53,11 +54,12 @@ pub(super) fn fact_times(
     mut valid_at: Option<DateTime<Utc>>,
     mut invalid_at: Option<DateTime<Utc>>,
     text: &str,
+    cues: &Switches,
     episode_end: impl FnOnce() -> Option<NaiveDate>,
     reference: DateTime<Utc>,
 ) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
     let end_written = invalid_at.is_some();
-    let ends = crate::cues::ends::states_an_end(text);
+    let ends = cues.fires("states_an_end", || crate::cues::ends::states_an_end(text));
     if valid_at.is_some() && invalid_at == valid_at && !ends {
         // One moment for both, as the model wrote them, is an event
         // ("signed on"), not a relationship that ended the moment it began.
@@ -68,7 +70,8 @@ pub(super) fn fact_times(
         // the episode's about the pair, gives an end the model left out.
         // Else, when the text says it ended, it had ended by the
         // episode's time.
-        invalid_at = stated_end(text, reference.date_naive())
+        invalid_at = cues
+            .gives("stated_end", || stated_end(text, reference.date_naive()))
             .or_else(episode_end)
             .map(|day| on_day(day, reference))
             .or(ends.then_some(reference));

@@ -525,6 +525,16 @@ impl<'a> Extraction<'a> {
         self.rejected.extend(rejected);
     }
 
+    /// How often each cue that was on fired over this run's calls, and
+    /// which were off.
+    pub(super) fn cue_counts(&self) -> (Vec<(String, u64)>, Vec<String>) {
+        let (fired, off) = self.shared.prompts.cues.counts();
+        (
+            fired.into_iter().map(|(n, k)| (n.to_string(), k)).collect(),
+            off.into_iter().map(String::from).collect(),
+        )
+    }
+
     /// Relations refine types, one episode at a time
     /// ([`crate::classify::refine_by_relations`]): after both walks, since
     /// the fact call and the edge walk are what state the relations.

@@ -189,6 +189,11 @@ pub struct RunReport {
     /// Text mentions moved down to a subtype because a fact's relation
     /// holds only for it (relations refine types).
     pub refined_by_relations: usize,
+    /// How often each language cue that was on changed an outcome, in
+    /// registry order (`extract.language`, `[extract.cues]`).
+    pub cue_fires: Vec<(String, u64)>,
+    /// The cues that were off.
+    pub cues_off: Vec<String>,
     /// Episodes committed with their entities and facts.
     pub episodes_added: usize,
     /// Failure rows written, by stage.
@@ -558,6 +563,7 @@ async fn execute(
     settled!(client, Stage::ClassifyFacts);
     report.refined_by_relations = work.refine_types().mentions;
     work.join_mapped();
+    (report.cue_fires, report.cues_off) = work.cue_counts();
 
     let now = Utc::now();
     let succeeded = work.succeeded(&todo);

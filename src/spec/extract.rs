@@ -51,6 +51,12 @@ pub struct ExtractSpec {
     /// Where a model-extracted fact's start (`valid_at`) comes from (see
     /// [`FactStart`]).
     pub fact_start: FactStart,
+    /// The language of the archive (a BCP 47 code such as `en`, `de`,
+    /// `es`): cues of other languages are off unless `cues` turns them on.
+    pub language: String,
+    /// Cues turned on or off by name (`[extract.cues]`, see
+    /// `docs/cues.md`), whatever `language` says.
+    pub cues: std::collections::BTreeMap<String, bool>,
 }
 
 /// Where the start of a fact the model extracts comes from.
@@ -118,6 +124,8 @@ impl Default for ExtractSpec {
             require_stated_pair: false,
             properties: AskedProperties::All,
             fact_start: FactStart::Model,
+            language: "en".into(),
+            cues: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -743,6 +743,20 @@ impl PipelineSpec {
                 return bad(key, &format!("must be at least {min}"));
             }
         }
+        if let Some(name) = x.cues.keys().find(|n| crate::cues::cue(n).is_none()) {
+            let known: Vec<&str> = crate::cues::REGISTRY.iter().map(|c| c.name).collect();
+            return bad(
+                &format!("extract.cues.{name}"),
+                &format!("is no cue; the cues are {}", known.join(", ")),
+            );
+        }
+        let code = x.language.trim();
+        if code.is_empty() || !code.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return bad(
+                "extract.language",
+                "must be a language code such as \"en\", \"de\" or \"es\"",
+            );
+        }
         None
     }
 }

@@ -132,3 +132,49 @@ fn docs_cues_lists_every_cue_with_its_language_and_file() {
         rows.keys()
     );
 }
+
+#[test]
+fn a_pipelines_language_turns_off_the_cues_of_other_languages_and_a_switch_overrides_it() {
+    use graphloom::cues::Switches;
+    let none = BTreeMap::new();
+    let english = Switches::new("en", &none);
+    let german = Switches::new("de", &none);
+    for c in REGISTRY {
+        assert_eq!(english.on(c.name), c.language.code() == "en", "{}", c.name);
+        assert_eq!(german.on(c.name), c.language.code() == "de", "{}", c.name);
+    }
+    let overrides = BTreeMap::from([
+        ("common_noun".to_string(), false),
+        ("mail_headers".to_string(), true),
+    ]);
+    let switched = Switches::new("de", &overrides);
+    assert!(switched.on("mail_headers"));
+    assert!(!switched.on("common_noun"));
+    // A cue that is off is not even evaluated, and counts nothing; one that
+    // is on counts the times it held.
+    assert!(!switched.fires("common_noun", || panic!("an off cue is not read")));
+    assert!(switched.fires("mail_headers", || true));
+    assert!(!switched.fires("mail_headers", || false));
+    let (fired, off) = switched.counts();
+    assert!(fired.contains(&("mail_headers", 1)), "{fired:?}");
+    assert!(off.contains(&"common_noun"), "{off:?}");
+    // Clones share the counts: every task of a run adds to one tally.
+    let clone = switched.clone();
+    assert!(clone.fires("mail_headers", || true));
+    assert!(switched.counts().0.contains(&("mail_headers", 2)));
+}
+
+#[test]
+fn a_switch_naming_no_cue_is_refused_with_the_list_of_cues() {
+    let body = "[output]\ngraph = \"file:///tmp/graphloom-cue-switch\"\n\n[extract.cues]\ncommon_nouns = false\n";
+    let err = graphloom::spec::PipelineSpec::from_toml(body, std::path::Path::new("p.toml"))
+        .expect_err("an unknown cue");
+    let message = err.to_string();
+    assert!(message.contains("extract.cues.common_nouns"), "{message}");
+    assert!(message.contains("common_noun,"), "{message}");
+    let body =
+        "[output]\ngraph = \"file:///tmp/graphloom-cue-switch\"\n\n[extract]\nlanguage = \"\"\n";
+    let err = graphloom::spec::PipelineSpec::from_toml(body, std::path::Path::new("p.toml"))
+        .expect_err("an empty language");
+    assert!(err.to_string().contains("extract.language"), "{err}");
+}

@@ -1690,7 +1690,7 @@ async fn a_fact_start_not_asked_of_the_model_comes_from_its_sentence_or_its_epis
         !body.contains("\"valid_at\"") && !body.contains("- valid_at:"),
         "neither the schema nor the rules ask for a start"
     );
-    assert!(body.contains("\"invalid_at\""), "an end is still asked for");
+    assert!(body.contains("\"ends\""), "an end is still asked for");
     let starts: Vec<(&str, String)> = facts
         .iter()
         .map(|f| {

@@ -15,14 +15,14 @@ use crate::common;
 use crate::run_pipeline::query;
 
 /// Written on Wednesday 12 March 2025.
-const EPISODE: &str = r#"{"id": "chat-1", "kind": "message", "reference_time": "2025-03-12T09:30:00Z", "content": "Hana: Quillcli depends on Quillparse. Brightforge pays for Quillparse work until the end of June. Priya Natarajan left Brightforge last Friday. Ravi Menon works for Brightforge."}"#;
+const EPISODE: &str = r#"{"id": "chat-1", "kind": "message", "reference_time": "2025-03-12T09:30:00Z", "content": "Hana: Vellumctl depends on Vellum. Brightforge pays for Vellum work until the end of June. Priya Natarajan left Brightforge last Friday. Ravi Menon works for Brightforge."}"#;
 
 fn facts() -> Value {
     json!({"facts": [
-        {"source": "Quillcli", "relation_type": "DEPENDS_ON", "target": "Quillparse",
-         "fact": "Quillcli depends on Quillparse.", "ends": null},
-        {"source": "Brightforge", "relation_type": "SUPPORTS", "target": "Quillparse",
-         "fact": "Brightforge pays for Quillparse work.",
+        {"source": "Vellumctl", "relation_type": "DEPENDS_ON", "target": "Vellum",
+         "fact": "Vellumctl depends on Vellum.", "ends": null},
+        {"source": "Brightforge", "relation_type": "SUPPORTS", "target": "Vellum",
+         "fact": "Brightforge pays for Vellum work.",
          "ends": {"words": "until the end of June", "when": "end of june"}},
         {"source": "Priya Natarajan", "relation_type": "WORKS_FOR", "target": "Brightforge",
          "fact": "Priya Natarajan worked for Brightforge.",
@@ -38,9 +38,8 @@ fn answer(req: &ChatRequestView) -> Reply {
     let user = req.last("user").unwrap_or_default();
     if user.contains("TASK: list the named entities") {
         Reply::json(&json!({"entities": [
-            {"name": "Hana", "type": "Person"},
-            {"name": "Quillcli", "type": "Project"},
-            {"name": "Quillparse", "type": "Project"},
+            {"name": "Vellumctl", "type": "Project"},
+            {"name": "Vellum", "type": "Project"},
             {"name": "Brightforge", "type": "Organization"},
             {"name": "Priya Natarajan", "type": "Person"},
             {"name": "Ravi Menon", "type": "Person"}
@@ -106,11 +105,10 @@ async fn relations_refine_parent_types_and_stated_ends_are_dated_against_their_e
         .into_iter()
         .find(|r| r.body.to_string().contains("TASK: state every fact"))
         .expect("a fact call");
+    let body = fact_call.body.to_string();
     assert!(
-        fact_call.body["response_format"]
-            .to_string()
-            .contains("DEPENDS_ON"),
-        "the fact schema offers a relation whose ends are subtypes of the mentions' types"
+        body.contains(r#""enum":["DEPENDS_ON"]"#),
+        "the fact schema offers a relation whose ends are subtypes of the mentions' types: {body}"
     );
 
     let labels = query(&store, "SELECT name, labels FROM nodes ORDER BY name").await;
@@ -133,8 +131,8 @@ async fn relations_refine_parent_types_and_stated_ends_are_dated_against_their_e
         label_of("Brightforge"),
         ["Entity", "Organization", "Company"]
     );
-    assert_eq!(label_of("Quillparse"), ["Entity", "Project", "Library"]);
-    assert_eq!(label_of("Quillcli"), ["Entity", "Project"]);
+    assert_eq!(label_of("Vellum"), ["Entity", "Project", "Library"]);
+    assert_eq!(label_of("Vellumctl"), ["Entity", "Project"]);
 
     let edges = query(
         &store,
@@ -168,7 +166,7 @@ async fn relations_refine_parent_types_and_stated_ends_are_dated_against_their_e
     assert_eq!((works.as_str(), end.as_str()), ("WORKS_FOR", ""));
     // DEPENDS_ON cannot hold from a bare Project: kept under the generic
     // type, with a row that says so.
-    let (generic, _) = edge("Quillcli");
+    let (generic, _) = edge("Vellumctl");
     assert_eq!(generic, graphloom::extract::GENERIC_RELATION);
 
     let failures = query(&store, "SELECT reason FROM failures").await;
