@@ -15,14 +15,14 @@ use super::reply::{FactOut, FactReply};
 use super::times::{default_start, fact_times, on_day, written_time};
 use super::when::resolve_when;
 use super::{
-    Evidence, ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention,
-    Prompts, Rejected, dropped, within_budget,
+    ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention, Prompts,
+    Rejected, dropped, within_budget,
 };
 use crate::cues::Switches;
 use crate::cues::ends::stated_start;
 use crate::cues::sentences::Sentences;
 use crate::llm::{LlmClient, LlmError};
-use crate::ontology::{Ontology, PropertyType, is_relation_type_name};
+use crate::ontology::{Ontology, is_relation_type_name};
 use crate::source::Episode;
 use crate::stage::Stage;
 use crate::text::normalize_name;
@@ -110,8 +110,6 @@ struct Reading<'a> {
     record: Option<RecordPlaces>,
     /// Whether a pair must be stated by one sentence of the episode.
     judged: bool,
-    /// The episode's text, which an end's words must be quoted from.
-    evidence: Evidence,
     /// The cues the run applies.
     cues: &'a Switches,
 }
@@ -144,7 +142,6 @@ impl<'a> Reading<'a> {
             sentences,
             record,
             judged,
-            evidence: Evidence::of(&episode.content),
             cues,
         }
     }
@@ -189,39 +186,23 @@ impl<'a> Reading<'a> {
         Ok((fact, kept_as.into_iter().chain(end_note).collect()))
     }
 
-    /// The end a reply's fact states: the day its `when` names
-    /// ([`resolve_when`], against this episode's time only), when its
-    /// `words` are the episode's; or the date a server that ignores the
-    /// schema wrote as `invalid_at`. A note says why a stated end is not
-    /// taken.
+    /// The end a reply's fact states: the day its `ends` names
+    /// ([`resolve_when`], against this episode's time only; none for
+    /// `no`), or the date a server that ignores the schema wrote as
+    /// `invalid_at`. A note says why a stated end is not taken.
     fn end(&self, f: &FactOut) -> (Option<DateTime<Utc>>, Option<String>) {
         let reference = self.episode.reference_time;
-        let Some(end) = &f.ends else {
+        let when = f.ends.as_deref().map(str::trim).unwrap_or_default();
+        if when.is_empty() || when.eq_ignore_ascii_case("no") {
             return (written_time(f.invalid_at.as_deref(), reference), None);
-        };
-        if !self
-            .evidence
-            .holds(PropertyType::Text, &end.words.as_str().into())
-        {
-            return (
-                None,
-                Some(format!(
-                    "the end's words `{}` are not the episode's: end not taken",
-                    end.words.trim()
-                )),
-            );
         }
-        match resolve_when(&end.when, reference) {
-            Some(day) => (Some(on_day(day, reference)), None),
-            None => match written_time(Some(end.when.as_str()), reference) {
+        match resolve_when(when, reference).map(|day| on_day(day, reference)) {
+            Some(t) => (Some(t), None),
+            None => match written_time(Some(when), reference) {
                 Some(t) => (Some(t), None),
                 None => (
                     None,
-                    Some(format!(
-                        "the end `{}` (\"{}\") names no day: end not taken",
-                        end.when.trim(),
-                        end.words.trim()
-                    )),
+                    Some(format!("the end `{when}` names no day: end not taken")),
                 ),
             },
         }

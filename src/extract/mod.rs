@@ -43,7 +43,7 @@ pub use fit::{
 };
 pub use prompt::{Prompts, attributes_schema, describe_edge_type, describe_type, value_schema};
 pub use reply::{AttributeOut, AttributesOut, entity_reply_bound, fact_reply_bound};
-pub use when::{END_WORDS_MAX_CHARS, WHEN_MAX_CHARS, WHEN_PATTERN, resolve_when};
+pub use when::{WHEN_MAX_CHARS, WHEN_PATTERN, resolve_when};
 
 /// Version of the extraction prompts; part of the cache key.
 pub const PROMPT_VERSION: &str = "extract-v3";

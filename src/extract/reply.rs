@@ -88,17 +88,9 @@ pub(super) struct SourcedFactOut {
     fact: String,
     valid_at: Option<String>,
     #[serde(default)]
-    ends: Option<EndOut>,
+    ends: Option<String>,
     #[serde(default)]
     invalid_at: Option<String>,
-}
-
-/// An end a reply states: the episode's words and when, in the grammar
-/// of [`super::when`].
-#[derive(Debug, Clone, Deserialize)]
-pub(super) struct EndOut {
-    pub(super) words: String,
-    pub(super) when: String,
 }
 
 impl FactsOut {
@@ -142,9 +134,10 @@ pub(super) struct FactOut {
     pub(super) relation_type: String,
     pub(super) fact: String,
     pub(super) valid_at: Option<String>,
-    /// The end the reply states, as the schema asks for it.
+    /// When the fact ends, in the grammar of [`super::when`] (`no` when
+    /// it does not).
     #[serde(default)]
-    pub(super) ends: Option<EndOut>,
+    pub(super) ends: Option<String>,
     /// A date a server that ignores the schema may write instead.
     #[serde(default)]
     pub(super) invalid_at: Option<String>,

@@ -10,7 +10,9 @@
 //! dated by another episode.
 //!
 //! The grammar, lower case:
-//! - `YYYY-MM-DD`: that day.
+//! - `no`: the relationship does not end (no day).
+//! - `YYYY-MM-DD`, `D <month>` or `D <month> YYYY`: that day (without a
+//!   year, the one nearest the reference day).
 //! - `today`, `yesterday`, `tomorrow`.
 //! - `last|this|next <weekday>`: the weekday before the reference day, on
 //!   or after it, or in the week after it.
@@ -52,10 +54,7 @@ const WEEKDAYS: [&str; 7] = [
 
 /// The reply schema's pattern of a time expression ([`resolve_when`]
 /// reads every string it matches).
-pub const WHEN_PATTERN: &str = "^([0-9]{4}-[0-9]{2}-[0-9]{2}|today|yesterday|tomorrow|(last|this|next) (monday|tuesday|wednesday|thursday|friday|saturday|sunday|week|month|year)|end of (last|this|next) (week|month|year)|(end of )?(january|february|march|april|may|june|july|august|september|october|november|december)( [0-9]{4})?|[1-9][0-9]{0,2} (days?|weeks?|months?|years?) (ago|later))$";
-
-/// Longest quote of the words that state an end (characters).
-pub const END_WORDS_MAX_CHARS: usize = 120;
+pub const WHEN_PATTERN: &str = "^(no|[0-9]{4}-[0-9]{2}-[0-9]{2}|([1-9]|[12][0-9]|3[01]) (january|february|march|april|may|june|july|august|september|october|november|december)( [0-9]{4})?|today|yesterday|tomorrow|(last|this|next) (monday|tuesday|wednesday|thursday|friday|saturday|sunday|week|month|year)|end of (last|this|next) (week|month|year)|(end of )?(january|february|march|april|may|june|july|august|september|october|november|december)( [0-9]{4})?|[1-9][0-9]{0,2} (days?|weeks?|months?|years?) (ago|later))$";
 
 /// Longest time expression a reply may write (characters).
 pub const WHEN_MAX_CHARS: usize = 32;
@@ -68,7 +67,17 @@ pub fn resolve_when(expr: &str, reference: DateTime<Utc>) -> Option<NaiveDate> {
     let lower = expr.trim().to_lowercase();
     let words: Vec<&str> = lower.split_whitespace().collect();
     match words.as_slice() {
+        ["no"] => None,
         [day] if day.len() == 10 => NaiveDate::parse_from_str(day, "%Y-%m-%d").ok(),
+        [d, month, rest @ ..]
+            if d.chars().all(|c| c.is_ascii_digit()) && MONTHS.contains(month) =>
+        {
+            let rest: Vec<&str> = std::iter::once(*month)
+                .chain(rest.iter().copied())
+                .collect();
+            let first = month_named(today, &rest)?;
+            first.with_day(d.parse().ok()?)
+        }
         ["today"] => Some(today),
         ["yesterday"] => today.pred_opt(),
         ["tomorrow"] => today.succ_opt(),
@@ -222,6 +231,9 @@ mod tests {
         let at = wednesday();
         let cases = [
             ("2025-06-30", "2025-06-30"),
+            ("31 december 2025", "2025-12-31"),
+            ("4 july", "2025-07-04"),
+            ("28 february", "2025-02-28"),
             ("today", "2025-03-12"),
             ("yesterday", "2025-03-11"),
             ("tomorrow", "2025-03-13"),
@@ -265,6 +277,8 @@ mod tests {
         assert_eq!(resolve_when("  End of June ", at), day("2025-06-30"));
         for bad in [
             "",
+            "no",
+            "31 february 2025",
             "soon",
             "end of june and july",
             "2025-02-30",
