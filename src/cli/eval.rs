@@ -147,11 +147,15 @@ fn worst_row(scored: &[(String, Quality)]) -> String {
 
 async fn suite(dir: &Path) -> Result<(), Failure> {
     let mut scored = Vec::new();
-    let mut unscored = Vec::new();
+    let mut unscored: Vec<(String, Failure)> = Vec::new();
     for (name, path) in corpora(dir)? {
         match score(&path).await {
+            Ok(quality) if quality.runs == 0 => unscored.push((
+                name,
+                UsageError("its graph has no completed run".into()).into(),
+            )),
             Ok(quality) => scored.push((name, quality)),
-            Err(e) => unscored.push((name, e)),
+            Err(e) => unscored.push((name, e.into())),
         }
     }
     out!("{HEADER}");
@@ -164,11 +168,18 @@ async fn suite(dir: &Path) -> Result<(), Failure> {
     // A corpus without a graph (not run yet) is named, not skipped: a
     // suite's worst row over fewer corpora than it has says less.
     for (name, e) in &unscored {
-        eprintln!("error: corpus {name} not scored: {e}");
+        eprintln!("error: corpus {name} not scored: {}", describe(e));
     }
     match unscored.into_iter().next() {
-        Some((_, e)) => Err(e.into()),
+        Some((_, e)) => Err(e),
         None => Ok(()),
+    }
+}
+
+fn describe(f: &Failure) -> String {
+    match f {
+        Failure::Error(e) => e.to_string(),
+        Failure::Usage(UsageError(m)) => m.clone(),
     }
 }
 

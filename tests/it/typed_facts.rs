@@ -187,4 +187,75 @@ async fn relations_refine_parent_types_and_stated_ends_are_dated_against_their_e
             .any(|r| r.contains("`when he retires` names no day")),
         "{reasons:?}"
     );
+
+    // The run scored as a suite of one corpus, next to one not run yet.
+    let suite = dir.path().join("suite");
+    let corpus = suite.join("software");
+    std::fs::create_dir_all(&corpus).expect("mkdir");
+    let mut scored = spec.clone();
+    scored.output.graph = dir
+        .path()
+        .join("graph")
+        .to_str()
+        .expect("utf-8")
+        .to_string();
+    std::fs::write(
+        corpus.join("pipeline.toml"),
+        toml::to_string(&scored).expect("spec as TOML"),
+    )
+    .expect("write spec");
+    let gold = json!({
+        "entities": [
+            {"name": "Brightforge", "chain": ["Organization", "Company"], "episodes": ["chat-1"]},
+            {"name": "Vellum", "chain": ["Project", "Library"], "episodes": ["chat-1"]},
+            {"name": "Priya Natarajan", "chain": ["Person"], "episodes": ["chat-1"]}
+        ],
+        "facts": [
+            {"source": "Priya Natarajan", "target": "Brightforge", "relation_type": "WORKS_FOR",
+             "episodes": ["chat-1"], "invalid_at": "2025-03-07T00:00:00Z"}
+        ]
+    });
+    std::fs::write(corpus.join("gold.json"), gold.to_string()).expect("write gold");
+    let out = common::graphloom(&["eval", "--suite", suite.to_str().expect("utf-8")])
+        .output()
+        .expect("eval --suite");
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| software |"))
+        .unwrap_or_else(|| panic!("a row for the corpus: {table}"));
+    // Every gold entity found with its chain; the ended fact dated right.
+    assert!(row.starts_with("| software | "), "{row}");
+    assert!(row.contains("| 1 of 1 |"), "{row}");
+    assert!(table.contains("| **worst** | "), "{table}");
+    let idle = suite.join("idle");
+    std::fs::create_dir_all(&idle).expect("mkdir");
+    scored.output.graph = dir
+        .path()
+        .join("never-run")
+        .to_str()
+        .expect("utf-8")
+        .to_string();
+    std::fs::write(
+        idle.join("pipeline.toml"),
+        toml::to_string(&scored).expect("toml"),
+    )
+    .expect("write spec");
+    std::fs::write(idle.join("gold.json"), gold.to_string()).expect("write gold");
+    let out = common::graphloom(&["eval", "--suite", suite.to_str().expect("utf-8")])
+        .output()
+        .expect("eval --suite");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| software |"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("corpus idle not scored"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
