@@ -141,53 +141,41 @@ pub fn refine_by_relations(
         m.chain = chain;
         counts.mentions += 1;
     }
-    let mut kept = Vec::with_capacity(facts.len());
-    for mut f in facts.drain(..) {
+    facts.retain_mut(|f| {
         let relation = f.relation_type().to_string();
         let (st, tt) = (
-            mentions[f.source].type_name().to_string(),
-            mentions[f.target].type_name().to_string(),
+            mentions[f.source].type_name(),
+            mentions[f.target].type_name(),
         );
-        if ontology.edge_allows(&relation, &st, &tt) {
-            kept.push(f);
-            continue;
+        if ontology.edge_allows(&relation, st, tt) {
+            return true;
         }
-        let note = |reason: String, f: &FactMention| Rejected {
+        let row = |reason: String| Rejected {
             stage: Stage::ClassifyFacts,
             episode_id: f.episode_id.clone(),
             reason,
             excerpt: f.fact.clone(),
         };
-        match fitting_relation(ontology, &relation, &st, &tt) {
-            Some((fitted, swap)) => {
-                rejected.push(note(
-                    format!(
-                        "`{relation}` does not allow {st} → {tt} and the ends' types could not be refined to fit it; kept as {fitted}"
-                    ),
-                    &f,
-                ));
-                f.chain = ontology
-                    .edge_tree
-                    .chain(&fitted)
-                    .unwrap_or_else(|| vec![fitted.clone()]);
-                if swap {
-                    std::mem::swap(&mut f.source, &mut f.target);
-                }
-                counts.refit += 1;
-                kept.push(f);
-            }
-            None => {
-                rejected.push(note(
-                    format!(
-                        "`{relation}` does not allow {st} → {tt}, the ends' types could not be refined to fit it, and no other type fits; fact dropped"
-                    ),
-                    &f,
-                ));
-                counts.dropped += 1;
-            }
+        let Some((fitted, swap)) = fitting_relation(ontology, &relation, st, tt) else {
+            rejected.push(row(format!(
+                "`{relation}` does not allow {st} → {tt}, the ends' types could not be refined to fit it, and no other type fits; fact dropped"
+            )));
+            counts.dropped += 1;
+            return false;
+        };
+        rejected.push(row(format!(
+            "`{relation}` does not allow {st} → {tt} and the ends' types could not be refined to fit it; kept as {fitted}"
+        )));
+        f.chain = ontology
+            .edge_tree
+            .chain(&fitted)
+            .unwrap_or_else(|| vec![fitted.clone()]);
+        if swap {
+            std::mem::swap(&mut f.source, &mut f.target);
         }
-    }
-    *facts = kept;
+        counts.refit += 1;
+        true
+    });
     (counts, rejected)
 }
 

@@ -79,70 +79,104 @@ fn corpora(dir: &Path) -> Result<Vec<(String, PathBuf)>, UsageError> {
     Ok(out)
 }
 
-/// One row of the suite table's figures, in column order: each with
-/// whether a higher value is better.
-fn figures(q: &Quality) -> Vec<(f64, bool)> {
-    let (calls, _, seconds) = q.per_episode();
-    let share = |a: usize, b: usize| if b == 0 { 1.0 } else { a as f64 / b as f64 };
-    vec![
-        (q.entity_precision(), true),
-        (q.entity_recall(), true),
-        (q.chain_accuracy(), true),
-        (q.nodes_per_entity(), false),
-        (q.fact_recall(), true),
-        (q.fact_recall_exact(), true),
-        (share(q.ended_dated, q.ended_found), true),
-        (share(q.current_stored_live, q.current_found), true),
-        (q.episodes_lost as f64, false),
-        (calls, false),
-        (seconds, false),
-    ]
+/// One column of the suite table.
+struct Column {
+    header: &'static str,
+    /// The figure the worst row compares.
+    figure: fn(&Quality) -> f64,
+    /// Whether a higher figure is better.
+    higher_better: bool,
+    /// Decimals the figure is shown with.
+    decimals: usize,
+    /// A corpus row's cell, when it shows more than the figure.
+    cell: Option<fn(&Quality) -> String>,
 }
 
-const HEADER: &str = "| corpus | entity P | entity R | chains | nodes per entity | facts (family) | facts (exact) | ended, right date | current live | lost | calls / ep | s / ep |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+/// `a` of `b` as a share, 1 when there is nothing to count.
+fn share(a: usize, b: usize) -> f64 {
+    if b == 0 { 1.0 } else { a as f64 / b as f64 }
+}
 
-fn row(name: &str, q: &Quality) -> String {
-    let (calls, _, seconds) = q.per_episode();
+const fn column(header: &'static str, figure: fn(&Quality) -> f64, higher_better: bool) -> Column {
+    Column {
+        header,
+        figure,
+        higher_better,
+        decimals: 2,
+        cell: None,
+    }
+}
+
+/// The suite table's columns after the corpus name.
+const COLUMNS: [Column; 11] = [
+    column("entity P", Quality::entity_precision, true),
+    column("entity R", Quality::entity_recall, true),
+    column("chains", Quality::chain_accuracy, true),
+    column("nodes per entity", Quality::nodes_per_entity, false),
+    column("facts (family)", Quality::fact_recall, true),
+    column("facts (exact)", Quality::fact_recall_exact, true),
+    Column {
+        cell: Some(|q| format!("{} of {}", q.ended_dated, q.ended_found)),
+        ..column(
+            "ended, right date",
+            |q| share(q.ended_dated, q.ended_found),
+            true,
+        )
+    },
+    Column {
+        cell: Some(|q| format!("{} of {}", q.current_stored_live, q.current_found)),
+        ..column(
+            "current live",
+            |q| share(q.current_stored_live, q.current_found),
+            true,
+        )
+    },
+    Column {
+        decimals: 0,
+        ..column("lost", |q| q.episodes_lost as f64, false)
+    },
+    column("calls / ep", |q| q.per_episode().0, false),
+    Column {
+        decimals: 1,
+        ..column("s / ep", |q| q.per_episode().2, false)
+    },
+];
+
+fn header() -> String {
+    let names: Vec<&str> = COLUMNS.iter().map(|c| c.header).collect();
     format!(
-        "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} of {} | {} of {} | {} | {calls:.2} | {seconds:.1} |",
-        q.entity_precision(),
-        q.entity_recall(),
-        q.chain_accuracy(),
-        q.nodes_per_entity(),
-        q.fact_recall(),
-        q.fact_recall_exact(),
-        q.ended_dated,
-        q.ended_found,
-        q.current_stored_live,
-        q.current_found,
-        q.episodes_lost,
+        "| corpus | {} |\n|---|{}",
+        names.join(" | "),
+        "---|".repeat(COLUMNS.len())
     )
 }
 
+fn row(name: &str, q: &Quality) -> String {
+    let cells: Vec<String> = COLUMNS
+        .iter()
+        .map(|c| match c.cell {
+            Some(cell) => cell(q),
+            None => format!("{:.*}", c.decimals, (c.figure)(q)),
+        })
+        .collect();
+    format!("| {name} | {} |", cells.join(" | "))
+}
+
 /// The last row: each column's worst figure over the corpora, with the
-/// corpus it comes from.
-fn worst_row(scored: &[(String, Quality)]) -> String {
-    let rows: Vec<Vec<(f64, bool)>> = scored.iter().map(|(_, q)| figures(q)).collect();
-    let mut cells = Vec::new();
-    for col in 0..rows.first().map_or(0, Vec::len) {
-        let higher_better = rows[0][col].1;
-        let (k, value) = rows
-            .iter()
-            .enumerate()
-            .map(|(k, r)| (k, r[col].0))
-            .fold(None::<(usize, f64)>, |worst, (k, v)| match worst {
-                Some((_, w)) if (higher_better && w <= v) || (!higher_better && w >= v) => worst,
-                _ => Some((k, v)),
-            })
-            .unwrap_or((0, 0.0));
-        let shown = match col {
-            8 => format!("{value:.0}"),
-            10 => format!("{value:.1}"),
-            _ => format!("{value:.2}"),
-        };
-        cells.push(format!("**{shown}** ({})", scored[k].0));
-    }
-    format!("| **worst** | {} |", cells.join(" | "))
+/// corpus it comes from (the first of equals); `None` without corpora.
+fn worst_row(scored: &[(String, Quality)]) -> Option<String> {
+    let cells: Option<Vec<String>> = COLUMNS
+        .iter()
+        .map(|c| {
+            let worse = |a: f64, b: f64| if c.higher_better { a < b } else { a > b };
+            let (name, value) = scored
+                .iter()
+                .map(|(name, q)| (name, (c.figure)(q)))
+                .reduce(|w, x| if worse(x.1, w.1) { x } else { w })?;
+            Some(format!("**{:.*}** ({name})", c.decimals, value))
+        })
+        .collect();
+    Some(format!("| **worst** | {} |", cells?.join(" | ")))
 }
 
 async fn suite(dir: &Path) -> Result<(), Failure> {
@@ -158,12 +192,12 @@ async fn suite(dir: &Path) -> Result<(), Failure> {
             Err(e) => unscored.push((name, e.into())),
         }
     }
-    out!("{HEADER}");
+    out!("{}", header());
     for (name, q) in &scored {
         out!("{}", row(name, q));
     }
-    if !scored.is_empty() {
-        out!("{}", worst_row(&scored));
+    if let Some(worst) = worst_row(&scored) {
+        out!("{worst}");
     }
     // A corpus without a graph (not run yet) is named, not skipped: a
     // suite's worst row over fewer corpora than it has says less.

@@ -132,7 +132,6 @@ impl<'a> Sentences<'a> {
     /// The sentences of `content` read for the names of `mentions`, by
     /// the cues `cues` has on.
     pub(crate) fn with_cues(content: &'a str, mentions: &[&str], cues: &Switches) -> Self {
-        let cues = cues.clone();
         // Each name's words are taken once, not once per sentence.
         let by_first_word = cues.on("name_by_first_word");
         let names: Vec<NameWords> = mentions
@@ -164,7 +163,7 @@ impl<'a> Sentences<'a> {
             sentences: Vec::new(),
             anywhere: vec![false; mentions.len()],
             names: Vec::new(),
-            cues: Switches::default(),
+            cues: cues.clone(),
         };
         let mut sender: Option<usize> = None;
         let mut sender_org: Option<usize> = None;
@@ -236,7 +235,6 @@ impl<'a> Sentences<'a> {
             }
         }
         out.names = names;
-        out.cues = cues;
         out
     }
 
@@ -317,6 +315,7 @@ impl<'a> Sentences<'a> {
         if !self.cues.on("handover") {
             return None;
         }
+        let taking_over = self.cues.on("taking_over");
         self.sentences.iter().enumerate().find_map(|(k, s)| {
             if !s.named.contains(&thing) {
                 return None;
@@ -325,7 +324,7 @@ impl<'a> Sentences<'a> {
             let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
             let verb = lower
                 .windows(2)
-                .position(|w| self.cues.on("taking_over") && is_taking_over(&w[0], &w[1]))?;
+                .position(|w| taking_over && is_taking_over(&w[0], &w[1]))?;
             let after = verb + 2;
             self.names[thing].in_words(&words[after..])?;
             let rest = &lower[after..];
@@ -427,12 +426,13 @@ impl<'a> Sentences<'a> {
         if !self.cues.on("move_to") {
             return None;
         }
+        let moving_verb = self.cues.on("moving_verb");
         let found = self.about_pair_at(mover, to).find(|&k| {
             let s = &self.sentences[k];
             let words: Vec<&str> = crate::text::words(s.text).collect();
             let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
             (0..lower.len()).any(|verb| {
-                if !(self.cues.on("moving_verb") && is_moving_verb(&lower[verb])) {
+                if !(moving_verb && is_moving_verb(&lower[verb])) {
                     return false;
                 }
                 let mut at = verb + 1;

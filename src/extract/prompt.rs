@@ -139,11 +139,7 @@ impl Prompts {
             fact_task: fact_task(ontology, spec, false),
             fact_task_by_source: fact_task(ontology, spec, true),
             type_words: TypeWords::new(ontology),
-            role_words: if cues.on("role_words") {
-                role_words(ontology)
-            } else {
-                HashSet::new()
-            },
+            role_words: role_words(ontology),
             person_types: if cues.on("people_types") {
                 person_types(ontology)
             } else {

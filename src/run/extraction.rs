@@ -540,36 +540,30 @@ impl<'a> Extraction<'a> {
     /// the fact call and the edge walk are what state the relations.
     pub(super) fn refine_types(&mut self) -> crate::classify::Refined {
         let mut total = crate::classify::Refined::default();
-        let (mut facts, mut owners) = (Vec::new(), Vec::new());
-        let old_facts = std::mem::take(&mut self.facts);
-        let old_owners = std::mem::take(&mut self.fact_owner);
-        let mut rest = old_facts.into_iter().zip(old_owners).peekable();
-        while let Some((first, owner)) = rest.next() {
-            let mut group = vec![first];
-            while let Some((f, _)) = rest.next_if(|(_, o)| *o == owner) {
-                group.push(f);
+        // Facts are in episode order: each episode's are one run of
+        // `fact_owner`, refined as one group.
+        let owners = std::mem::take(&mut self.fact_owner);
+        let mut facts = std::mem::take(&mut self.facts).into_iter();
+        for run in owners.chunk_by(|a, b| a == b) {
+            let owner = run[0];
+            let mut group: Vec<FactMention> = facts.by_ref().take(run.len()).collect();
+            // Facts come only from episodes with mentions.
+            if let Some(&(a, b)) = self.mention_range.get(&owner) {
+                let (counts, rejected) = crate::classify::refine_by_relations(
+                    &self.shared.ontology,
+                    &self.shared.spec,
+                    &mut self.mentions[a..b],
+                    &mut group,
+                );
+                total.mentions += counts.mentions;
+                total.refit += counts.refit;
+                total.dropped += counts.dropped;
+                self.rejected.extend(rejected);
             }
-            let Some(&(a, b)) = self.mention_range.get(&owner) else {
-                // Facts come only from episodes with mentions.
-                owners.extend(std::iter::repeat_n(owner, group.len()));
-                facts.extend(group);
-                continue;
-            };
-            let (counts, rejected) = crate::classify::refine_by_relations(
-                &self.shared.ontology,
-                &self.shared.spec,
-                &mut self.mentions[a..b],
-                &mut group,
-            );
-            total.mentions += counts.mentions;
-            total.refit += counts.refit;
-            total.dropped += counts.dropped;
-            self.rejected.extend(rejected);
-            owners.extend(std::iter::repeat_n(owner, group.len()));
-            facts.extend(group);
+            self.fact_owner
+                .extend(std::iter::repeat_n(owner, group.len()));
+            self.facts.extend(group);
         }
-        self.facts = facts;
-        self.fact_owner = owners;
         tracing::info!(
             "relations refined {} entities; {} facts kept under another type, {} dropped",
             total.mentions,
