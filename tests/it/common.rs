@@ -159,3 +159,27 @@ pub fn walk_reply(items: Vec<serde_json::Value>) -> graphloom::llm::test_server:
         .collect();
     graphloom::llm::test_server::Reply::json(&serde_json::Value::Object(keyed))
 }
+
+/// Points `spec` at the episodes under `source` and at the model server
+/// `base_url`, one attempt a call and none of the example's extra request
+/// fields, and opens a fresh graph at `dir/graph`: the set-up of a run
+/// against a faithful test server.
+pub fn against_test_server(
+    spec: &mut PipelineSpec,
+    source: &Path,
+    base_url: String,
+    dir: &Path,
+) -> GraphStore {
+    spec.source = Some(graphloom::spec::SourceSpec {
+        url: source.to_str().expect("utf-8").to_string(),
+        ..spec.source.clone().expect("a spec with a source")
+    });
+    spec.llm.base_url = base_url;
+    spec.llm.max_attempts = 1;
+    spec.llm.extra_body = Default::default();
+    GraphStore::open(
+        dir.join("graph").to_str().expect("utf-8"),
+        &Default::default(),
+    )
+    .expect("open")
+}

@@ -3,13 +3,12 @@
 //! a record the mapping cannot apply is a `failures` row naming the file,
 //! line and field, and bad mapping rules are refused before anything runs.
 
-use std::path::Path;
 use std::process::Command;
 
 use graphloom::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
 use graphloom::mapping::Mappings;
 use graphloom::run::{RunOptions, RunReport};
-use graphloom::spec::{PipelineSpec, SourceSpec};
+use graphloom::spec::PipelineSpec;
 use graphloom::store::GraphStore;
 use serde_json::{Value, json};
 
@@ -97,19 +96,7 @@ async fn fixture_with(files: &[(&str, &str)], answer: fn(&ChatRequestView) -> Re
     // The example pipeline's own mappings: this protects what ships.
     let (mut spec, _) = common::procurement();
     assert!(!spec.mapping.is_empty(), "the example maps its ERP records");
-    let src: &Path = &source;
-    spec.source = Some(SourceSpec {
-        url: src.to_str().expect("utf-8").to_string(),
-        ..spec.source.clone().expect("example has a source")
-    });
-    spec.llm.base_url = server.base_url();
-    spec.llm.max_attempts = 1;
-    spec.llm.extra_body = Default::default();
-    let store = GraphStore::open(
-        dir.path().join("graph").to_str().expect("utf-8"),
-        &Default::default(),
-    )
-    .expect("open");
+    let store = common::against_test_server(&mut spec, &source, server.base_url(), dir.path());
     Fixture {
         source,
         _dir: dir,

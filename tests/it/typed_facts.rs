@@ -7,8 +7,7 @@
 
 use graphloom::llm::test_server::{Behavior, ChatRequestView, Reply, TestServer};
 use graphloom::run::RunOptions;
-use graphloom::spec::{PipelineSpec, SourceSpec};
-use graphloom::store::GraphStore;
+use graphloom::spec::PipelineSpec;
 use serde_json::{Value, json};
 
 use crate::common;
@@ -80,18 +79,7 @@ async fn relations_refine_parent_types_and_stated_ends_are_dated_against_their_e
         .expect("server");
     let mut spec = PipelineSpec::from_path(&common::repo().join("corpora/software/pipeline.toml"))
         .expect("the software corpus's pipeline");
-    spec.source = Some(SourceSpec {
-        url: source.to_str().expect("utf-8").to_string(),
-        ..spec.source.clone().expect("a source")
-    });
-    spec.llm.base_url = server.base_url();
-    spec.llm.max_attempts = 1;
-    spec.llm.extra_body = Default::default();
-    let store = GraphStore::open(
-        dir.path().join("graph").to_str().expect("utf-8"),
-        &Default::default(),
-    )
-    .expect("open");
+    let store = common::against_test_server(&mut spec, &source, server.base_url(), dir.path());
     let ontology = graphloom::ontology::Ontology::try_from(&spec.ontology).expect("ontology");
     let report = graphloom::run::run(&spec, &ontology, &store, &RunOptions::default())
         .await
