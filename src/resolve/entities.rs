@@ -95,7 +95,8 @@ pub async fn candidates(
         " WHERE linkage_of(labels) IS NULL"
     };
     let probe = format!(
-        "SELECT mention_id, group_id, fold_name(name_normalized) AS folded, type, labels, attributes FROM {m}{unlinked}"
+        "SELECT mention_id, group_id, name_normalized, fold_name(name_normalized) AS folded, type, labels, attributes \
+         FROM {m}{unlinked}"
     );
     let types: Vec<String> = identity
         .keys()
@@ -292,13 +293,15 @@ async fn exact_pairs(
         ));
     }
     if spec.partial_names {
-        // One-word mentions (at least two letters, no digits) probe the
-        // first word of multi-word targets. The committed side is
-        // counted per (group, first word, type) after a semi-join on
-        // the probed words.
+        // Mentions written as one word (at least two letters, no
+        // digits) probe the first word of multi-word targets. The
+        // written name decides, not the folded one: "Acme Corp" folds to
+        // "acme" but is no partial name of "Acme Labs". The committed
+        // side is counted per (group, first word, type) after a
+        // semi-join on the probed words.
         let single = format!(
             "SELECT mention_id, group_id, folded, labels FROM ({probe}) \
-             WHERE strpos(folded, ' ') = 0 AND character_length(folded) >= 2 \
+             WHERE strpos(name_normalized, ' ') = 0 AND character_length(folded) >= 2 \
              AND NOT regexp_like(folded, '[0-9]')"
         );
         let targets = if is_mention {
@@ -1374,10 +1377,11 @@ pub async fn resolve_entities(
     // A million mentions' names and attributes are read again here: on
     // all cores, since the rules wait for them.
     let chains = mentions.iter().map(|m| m.chain.clone()).collect();
-    let keys = spec.name_keys();
+    // Written with several words, whatever folding leaves: "Acme Corp"
+    // (folded "acme") is not a first name to complete.
     let multiword = mentions
         .par_iter()
-        .map(|m| keys.folded(&normalize_name(&m.name)).contains(' '))
+        .map(|m| normalize_name(&m.name).contains(' '))
         .collect();
     // The same keys the `identity_keys` UDF gives and nodes store.
     let identity_keys = crate::text::IdentityKeys::new(identity.clone());

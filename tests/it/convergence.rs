@@ -34,11 +34,18 @@ const PEOPLE: [&str; 10] = [
     "Ivan Novak",
     "Julia Berg",
 ];
-const COMPANIES: [&str; 4] = [
+/// Pairs of companies whose names differ in one word that is not a legal
+/// suffix ("Acme Corp" folds to "acme", which must not make "Acme Labs"
+/// its longer form): eight companies, never four.
+const COMPANIES: [&str; 8] = [
     "Acme Corp",
-    "Brightline Systems",
-    "Cobalt Works",
-    "Dunmore Supply",
+    "Acme Labs",
+    "Globex Corp",
+    "Globex Labs",
+    "Initech Corp",
+    "Initech Labs",
+    "Umbrella Corp",
+    "Umbrella Labs",
 ];
 const CHUNKS: usize = 6;
 const PER_CHUNK: usize = 30;
@@ -361,6 +368,23 @@ async fn a_growing_archive_gives_one_graph_in_chunks_with_random_kills_and_in_on
         current.is_empty(),
         "everyone has one current employer: {current:?}"
     );
+    assert_eq!(
+        company_names(&chunked).await,
+        COMPANIES,
+        "one node per company, Corp and Labs apart"
+    );
+}
+
+/// The names of the graph's company nodes, sorted.
+async fn company_names(graph: &Path) -> Vec<String> {
+    crate::run_pipeline::query(
+        &open(graph),
+        "SELECT name FROM nodes WHERE has_label(labels, 'Company') ORDER BY name",
+    )
+    .await
+    .iter()
+    .map(|r| r["name"].as_str().expect("name").to_string())
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
