@@ -42,6 +42,7 @@ pub use fit::{
     relation_type_of, types_written,
 };
 pub use prompt::{Prompts, attributes_schema, describe_edge_type, describe_type, value_schema};
+pub use record::stated_identities;
 pub use reply::{AttributeOut, AttributesOut, entity_reply_bound, fact_reply_bound};
 pub use when::{WHEN_MAX_CHARS, WHEN_PATTERN, resolve_when};
 

@@ -104,3 +104,68 @@ impl RecordPlaces {
         })
     }
 }
+
+/// The identity values a record states for its mentions: where an object
+/// of the record has a field named like an identity property of a
+/// mention's type (`package_id`, case ignored) and a field whose value is
+/// the mention's name ("quillparse"), that property's value is the
+/// mention's. The field names are the ontology's, so this reads the
+/// record's structure, not its wording. Returns `(mention, property,
+/// value)` for each mention without a value of that property yet; nothing
+/// for an episode that is not JSON, and nothing from an object that names
+/// two mentions which could both hold the property.
+pub fn stated_identities(
+    content: &str,
+    mentions: &[Mention],
+    identity_of: impl Fn(&str) -> Vec<String>,
+) -> Vec<(usize, String, Value)> {
+    let Ok(record) = serde_json::from_str::<Value>(content) else {
+        return Vec::new();
+    };
+    let wanted: Vec<(usize, String, Vec<String>)> = mentions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let props: Vec<String> = identity_of(m.type_name())
+                .into_iter()
+                .filter(|p| !m.attributes.contains_key(p))
+                .collect();
+            (!props.is_empty()).then(|| (i, normalize_name(&m.name), props))
+        })
+        .collect();
+    let mut out = Vec::new();
+    if wanted.is_empty() {
+        return out;
+    }
+    let mut stack = vec![&record];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                let values: Vec<String> = map
+                    .values()
+                    .filter_map(|v| v.as_str().map(normalize_name))
+                    .collect();
+                for (key, v) in map {
+                    if !matches!(v, Value::String(_) | Value::Number(_)) {
+                        continue;
+                    }
+                    // The mentions this object names that could hold the
+                    // property: one, or the value is nobody's for sure.
+                    let mut holders = wanted.iter().filter(|(_, name, props)| {
+                        values.contains(name) && props.iter().any(|p| key.eq_ignore_ascii_case(p))
+                    });
+                    if let (Some((i, _, props)), None) = (holders.next(), holders.next())
+                        && let Some(p) = props.iter().find(|p| key.eq_ignore_ascii_case(p))
+                        && !out.iter().any(|(j, q, _)| j == i && q == p)
+                    {
+                        out.push((*i, p.clone(), v.clone()));
+                    }
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    out
+}

@@ -1202,3 +1202,39 @@ fn a_record_relates_a_field_to_what_its_object_holds_and_not_two_items_of_a_list
     assert!(!r.pair_stated(2, 3), "two entries of one list");
     assert!(RecordPlaces::new("not json", &mentions).pair_stated(1, 3));
 }
+
+#[test]
+fn a_record_field_named_like_an_identity_property_gives_the_named_mention_its_value() {
+    let identity = |t: &str| match t {
+        "Library" | "Project" => vec!["package_id".to_string()],
+        "Person" => vec!["email".to_string()],
+        _ => Vec::new(),
+    };
+    let mentions = [
+        mention("quillparse", "Library"),
+        mention("Priya Natarajan", "Person"),
+        mention("Emberlog", "Project"),
+    ];
+    let feed = r#"{"registry": "crates.io", "Package_ID": "pkg:cargo/quillparse",
+        "name": "quillparse", "published_by": "Priya Natarajan",
+        "deps": [{"name": "Emberlog", "package_id": "pkg:cargo/emberlog"}]}"#;
+    let got = stated_identities(feed, &mentions, identity);
+    assert_eq!(
+        got,
+        [
+            (0, "package_id".to_string(), json!("pkg:cargo/quillparse")),
+            (2, "package_id".to_string(), json!("pkg:cargo/emberlog")),
+        ],
+        "each object's value goes to the mention that object names; Priya has no e-mail there"
+    );
+    // A value already given is kept; two mentions of one object that
+    // could both hold the property leave it to neither.
+    let mut given = mentions.clone();
+    given[0]
+        .attributes
+        .insert("package_id".into(), json!("pkg:cargo/other"));
+    assert_eq!(stated_identities(feed, &given, identity).len(), 1);
+    let shared = r#"{"package_id": "pkg:cargo/x", "a": "quillparse", "b": "Emberlog"}"#;
+    assert!(stated_identities(shared, &mentions, identity).is_empty());
+    assert!(stated_identities("quillparse, pkg:cargo/quillparse", &mentions, identity).is_empty());
+}

@@ -118,8 +118,9 @@ pub async fn candidates(
                 ctx,
                 PK,
                 &format!(
-                    "SELECT mention_id, group_id, type, unnest(identity_keys(type, attributes)) AS k \
-                     FROM ({probe}) WHERE type IN ({types})"
+                    "SELECT mention_id, group_id, type, labels, k, substr(k, strpos(k, '=') + 1) AS v \
+                     FROM (SELECT mention_id, group_id, type, labels, unnest(identity_keys(type, attributes)) AS k \
+                     FROM ({probe}) WHERE type IN ({types}))"
                 ),
             )
             .await?;
@@ -130,8 +131,8 @@ pub async fn candidates(
         futures::future::try_join(node_keys(ctx, nodes, spec, identity), mention_tables).await?;
     let node_side = Side {
         sql: format!(
-            "SELECT short_id AS target, group_id, name, {folded} AS folded, {bands} AS bands, type, labels, \
-             {id_columns} FROM {nodes}",
+            "SELECT short_id AS target, group_id, name, name_normalized AS normalized, {folded} AS folded, \
+             {bands} AS bands, type, labels, {id_columns} FROM {nodes}",
             folded = keys.folded,
             bands = keys.bands,
             id_columns = keys.ids.columns(),
@@ -141,7 +142,7 @@ pub async fn candidates(
     };
     let mention_side = Side {
         sql: format!(
-            "SELECT mention_id AS target, group_id, name, fold_name(name_normalized) AS folded, \
+            "SELECT mention_id AS target, group_id, name, name_normalized AS normalized, fold_name(name_normalized) AS folded, \
              name_bands(group_id, fold_name(name_normalized)) AS bands, type, labels, {id_columns} FROM {m}",
             id_columns = Ids::Computed.columns(),
         ),
@@ -291,6 +292,32 @@ async fn exact_pairs(
                  WHERE true {order}"
             ),
         ));
+        // A name that is another's identity value ("pkg:cargo/quillparse"
+        // for the quillparse whose record states that `package_id`) is
+        // the same evidence, whichever side wrote it as a name. Between
+        // mentions the first join finds each pair once.
+        queries.push((
+            Kind::Identity,
+            format!(
+                "WITH u AS (SELECT target, group_id, name, labels, {row_ids} AS ids, unnest({row_ids}) AS k \
+                   FROM ({side}) WHERE type IN ({types})), \
+                 t AS (SELECT target, group_id, name, labels, ids, substr(k, strpos(k, '=') + 1) AS v FROM u) \
+                 SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, t.ids \
+                 FROM ({probe}) p JOIN t ON p.group_id = t.group_id AND p.name_normalized = t.v \
+                 WHERE chains_compatible(p.labels, t.labels) {not_self}"
+            ),
+        ));
+        if !is_mention {
+            queries.push((
+                Kind::Identity,
+                format!(
+                    "WITH t AS ({side}) \
+                     SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, {t_ids} AS ids \
+                     FROM {PK} p JOIN t ON p.group_id = t.group_id AND p.v = t.normalized \
+                     WHERE chains_compatible(p.labels, t.labels)"
+                ),
+            ));
+        }
     }
     if spec.partial_names {
         // Mentions written as one word (at least two letters, no
@@ -331,9 +358,15 @@ async fn exact_pairs(
         ));
     }
     let mut out = Vec::new();
+    // Where the identity joins' pairs start: one pair may come from
+    // several of them.
+    let mut identity_from = None;
     for (kind, sql) in queries {
         let started = std::time::Instant::now();
         let before = out.len();
+        if kind == Kind::Identity {
+            identity_from.get_or_insert(before);
+        }
         let what = || {
             let side = if is_mention {
                 "the run's mentions"
@@ -353,9 +386,9 @@ async fn exact_pairs(
                 decode_pairs(b, kind, is_mention, &mut out)?;
             }
         }
-        if kind == Kind::Identity {
+        if let (Kind::Identity, Some(from)) = (kind, identity_from) {
             // The same target row behind each repeat: equal pairs.
-            let mut found = out.split_off(before);
+            let mut found = out.split_off(from);
             found.sort_by_key(|p| (p.mention, p.target));
             found.dedup_by_key(|p| (p.mention, p.target));
             out.append(&mut found);

@@ -573,6 +573,36 @@ impl<'a> Extraction<'a> {
         total
     }
 
+    /// Identity values that JSON records state for their mentions
+    /// ([`extract::stated_identities`]), once the types are final: a
+    /// record's `package_id` beside its `name` is that entity's, so a
+    /// mention elsewhere named by the value resolves to it. Returns how
+    /// many values were added.
+    pub(super) fn stated_identities(&mut self) -> usize {
+        let ontology = &self.shared.ontology;
+        let identity_of = |t: &str| {
+            ontology
+                .entity_types
+                .get(t)
+                .map(|t| t.identity_properties.clone())
+                .unwrap_or_default()
+        };
+        let mut added = 0;
+        for (&episode, &(a, b)) in &self.mention_range {
+            let mentions = &mut self.mentions[a..b];
+            let found =
+                extract::stated_identities(&self.all[episode].content, mentions, identity_of);
+            added += found.len();
+            for (i, property, value) in found {
+                mentions[i].attributes.insert(property, value);
+            }
+        }
+        if added > 0 {
+            tracing::info!("records stated {added} identity values of their mentions");
+        }
+        added
+    }
+
     /// The episodes of `todo` whose calls all succeeded: they are committed.
     /// An episode with a failed call has its output dropped and is retried
     /// by the next run.

@@ -562,6 +562,7 @@ async fn execute(
     mark = report.timings.lap(Stage::ClassifyFacts, mark);
     settled!(client, Stage::ClassifyFacts);
     report.refined_by_relations = work.refine_types().mentions;
+    work.stated_identities();
     work.join_mapped();
     (report.cue_fires, report.cues_off) = work.cue_counts();
 

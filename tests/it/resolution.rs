@@ -228,6 +228,36 @@ async fn an_identity_property_matches_under_another_name() {
 }
 
 #[tokio::test]
+async fn a_name_written_as_another_entitys_identity_value_resolves_to_it() {
+    let spec = ResolveSpec::default();
+    let po = r#"{"po_number": "PO-4471"}"#;
+    // Both ways round within one run: the name of one mention is the
+    // identity value of the other, at a compatible chain.
+    let mentions = [
+        key("the March order", &["Contract", "PurchaseOrder"], po),
+        key("PO 4471", &["Contract"], "{}"),
+        key("PO-4471", &["Company"], "{}"),
+    ];
+    let (r, _) = resolve(&[], &mentions, &spec).await;
+    assert!(together(&r, 0, 1), "{r:?}");
+    assert!(!together(&r, 0, 2), "another root type never joins: {r:?}");
+    // Against committed nodes: a name finds the node holding that value,
+    // and a value finds the node named by it.
+    let (r, _) = resolve(&mentions[..1], &mentions[1..2], &spec).await;
+    assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
+    let (r, _) = resolve(&mentions[1..2], &mentions[..1], &spec).await;
+    assert_eq!(node_of(&r, 0), Some(1), "{r:?}");
+    // A value of another property is no identity of this one's.
+    let other = [key(
+        "the March order",
+        &["Contract", "PurchaseOrder"],
+        r#"{"po_number": "PO-5000"}"#,
+    )];
+    let (r, _) = resolve(&other, &mentions[1..2], &spec).await;
+    assert_eq!(node_of(&r, 0), None, "{r:?}");
+}
+
+#[tokio::test]
 async fn a_first_name_joins_the_only_full_name_and_stays_apart_when_shared() {
     let spec = ResolveSpec::default();
     let mentions = [
