@@ -19,11 +19,6 @@ impl<'a> Written<'a> {
         }
     }
 
-    /// The words as written ([`crate::text::words`]).
-    pub fn words(&self) -> impl Iterator<Item = &'a str> + '_ {
-        self.words.iter().map(|w| w.text)
-    }
-
     /// Every run of words that spells `wanted` (words in lower case),
     /// case ignored.
     pub(super) fn occurrences<'w>(

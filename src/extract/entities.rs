@@ -1,6 +1,6 @@
 //! The entity call of an episode and the checks of its reply.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
@@ -39,14 +39,14 @@ pub async fn extract_entities(
     let rejected = dropped(Stage::ExtractEntities, episode, reply.dropped);
     let context_shown = context_shown(spec, context);
     let shown = shown(episode, &context_shown);
-    let shown_words = shown_words(episode, &shown);
+    let shown_forms = shown_forms(episode, &context_shown);
     let source_only = source_only(episode);
     let checks = NameChecks {
         spec,
         prompts,
         content: &episode.content,
         shown: &shown,
-        shown_words: &shown_words,
+        shown_forms: &shown_forms,
         source_only: source_only.as_deref(),
     };
     let mut found = Found::new(
@@ -87,17 +87,14 @@ fn shown<'a>(
         .collect()
 }
 
-/// Every word shown, the source description's too, in lower case.
-fn shown_words(episode: &Episode, shown: &[crate::cues::words::Written<'_>]) -> HashSet<String> {
-    let mut shown_words: HashSet<String> = shown
-        .iter()
-        .flat_map(crate::cues::words::Written::words)
-        .map(str::to_lowercase)
-        .collect();
-    if let Some(d) = &episode.source_description {
-        shown_words.extend(crate::text::words(d).map(str::to_lowercase));
-    }
-    shown_words
+/// The episode, its context as shown and its source description, each
+/// in [`crate::text::grounding_form`], for [`NameChecks::not_a_name`].
+fn shown_forms(episode: &Episode, context_shown: &[String]) -> Vec<String> {
+    std::iter::once(episode.content.as_str())
+        .chain(context_shown.iter().map(String::as_str))
+        .chain(episode.source_description.as_deref())
+        .map(crate::text::grounding_form)
+        .collect()
 }
 
 /// Where the episode comes from ("engineering mailbox", "#ops chat"),

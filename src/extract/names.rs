@@ -1,8 +1,6 @@
 //! The checks an entity name offered by a model must pass: not a type's
 //! words, not a role, not a date, written in what the model was shown.
 
-use std::collections::HashSet;
-
 use super::{ExtractSpec, Prompts};
 use crate::cues::roles::is_role_word;
 use crate::ontology::ENTITY_LABEL;
@@ -18,8 +16,9 @@ pub(super) struct NameChecks<'a> {
     pub(super) content: &'a str,
     /// The episode, then its context, each as its words.
     pub(super) shown: &'a [crate::cues::words::Written<'a>],
-    /// Every word shown (the source description's too), in lower case.
-    pub(super) shown_words: &'a HashSet<String>,
+    /// The episode, its context as shown and its source description,
+    /// each in [`crate::text::grounding_form`]: a name is written there.
+    pub(super) shown_forms: &'a [String],
     /// Where the episode comes from ("engineering mailbox"), normalised,
     /// unless the episode itself writes it.
     pub(super) source_only: Option<&'a str>,
@@ -57,12 +56,15 @@ impl NameChecks<'_> {
                 "`{name}` is the episode's source, not an entity it writes"
             ));
         }
-        // Every name is copied from what the model was shown; one that
-        // shares no word with it is made up (the 0.5B model lists words of
-        // the prompt's own rules: "Date", "Quantity", "Generic Noun").
-        if !crate::text::words(name).any(|w| self.shown_words.contains(&w.to_lowercase())) {
+        // Every name is copied from what the model was shown; one that is
+        // not written there, case, punctuation and spacing aside, is made
+        // up (the 0.5B model lists words of the prompt's own rules: "Date",
+        // "Generic Noun"; the 1.5B one adds a legal form or a word the
+        // text never writes with the name). Words of every script count.
+        let form = crate::text::grounding_form(name);
+        if !self.shown_forms.iter().any(|shown| shown.contains(&form)) {
             return Some(format!(
-                "`{name}` shares no word with the episode or its context: not a name it writes"
+                "`{name}` is not written in the episode or its context (case, punctuation and spacing aside): not a name it writes"
             ));
         }
         if descriptions

@@ -1238,3 +1238,53 @@ fn a_record_field_named_like_an_identity_property_gives_the_named_mention_its_va
     assert!(stated_identities(shared, &mentions, identity).is_empty());
     assert!(stated_identities("quillparse, pkg:cargo/quillparse", &mentions, identity).is_empty());
 }
+
+#[test]
+fn a_name_is_kept_only_when_the_episode_or_its_context_writes_it() {
+    let onto = ontology(
+        r#"
+        [[entity_types]]
+        name = "Organisation"
+        description = "Eine Organisation."
+        [[edge_types]]
+        name = "BELIEFERT"
+        description = "Liefert an."
+        "#,
+    );
+    let spec = ExtractSpec::default();
+    let prompts = Prompts::new(&onto, &spec);
+    let content = "Die Stadtwerke Münster-Nord liefern an ACME corp. Details: siehe Rahmenvertrag.";
+    let context = ["Gestern: Brightforge   meldete sich.".to_string()];
+    let shown: Vec<crate::cues::words::Written<'_>> = [content, context[0].as_str()]
+        .into_iter()
+        .map(crate::cues::words::Written::new)
+        .collect();
+    let forms: Vec<String> = [content, context[0].as_str()]
+        .into_iter()
+        .map(crate::text::grounding_form)
+        .collect();
+    let checks = super::names::NameChecks {
+        spec: &spec,
+        prompts: &prompts,
+        content,
+        shown: &shown,
+        shown_forms: &forms,
+        source_only: None,
+    };
+    let verdict =
+        |name: &str| checks.not_a_name(name, &crate::text::normalize_name(name), "Organisation");
+    // Case, punctuation and spacing aside, in any script, from the
+    // context too.
+    for name in ["Stadtwerke Münster Nord", "Acme Corp", "brightforge"] {
+        assert_eq!(verdict(name), None, "{name}");
+    }
+    // A legal form or a word the text never writes with the name, or a
+    // word cut in two, is not the text's name.
+    for name in ["Brightforge GmbH", "Stadtwerke Nord", "Münst"] {
+        let why = verdict(name).unwrap_or_else(|| panic!("{name} was kept"));
+        assert!(
+            why.contains("is not written in the episode or its context"),
+            "{why}"
+        );
+    }
+}

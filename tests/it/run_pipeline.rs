@@ -32,11 +32,11 @@ fn entities_for(text: &str) -> Value {
     } else if text.contains("Dana Whitcombe (D. Whitcombe, dana@northwind.test) wrote.") {
         json!([{"name": "Dana Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "dana@northwind.test"}]},
                {"name": "D. Whitcombe", "type": "Person", "attributes": [{"name": "email", "value": "Dana@Northwind.test"}]}])
-    } else if text.contains("Brightline Sys. invoiced") {
+    } else if text.contains("Brightline Systemz invoiced") {
         json!([{"name": "Brightline Systemz", "type": "Company", "attributes": []}])
     } else if text.contains("The laptop deal closed") {
         json!([{"name": "Laptop deal", "type": "Contract", "attributes": []}])
-    } else if text.contains("Order number PO-1 from the spring") {
+    } else if text.contains("The Spring order, number PO-1,") {
         json!([{"name": "Spring order", "type": "Contract", "attributes": []}])
     } else if text.contains("Brightline Systems runs the Lumen line") {
         json!([{"name": "Brightline Systems", "type": "Product", "attributes": []}])
@@ -73,7 +73,7 @@ fn facts_for(text: &str) -> Value {
     let list = if text.contains("Dana Whitcombe (D. Whitcombe, dana@northwind.test) wrote.") {
         json!([{"source": "Dana Whitcombe", "target": "D. Whitcombe", "relation_type": "REPORTS_TO", "fact": "Dana Whitcombe reports to D. Whitcombe.", "valid_at": null, "invalid_at": null}])
     } else if text.contains("Brightline System shipped")
-        || text.contains("Brightline Sys. invoiced")
+        || text.contains("Brightline Systemz invoiced")
         || text.contains("The laptop deal closed")
     {
         json!([])
@@ -406,7 +406,7 @@ async fn a_run_extracts_classifies_and_commits_a_typed_dated_graph() {
     };
     assert!(a_reason_says("is a date or a number"), "{failures:?}");
     assert!(
-        a_reason_says("`Generic Noun` shares no word with the episode or its context"),
+        a_reason_says("`Generic Noun` is not written in the episode or its context"),
         "a name the episode does not write is made up: {failures:?}"
     );
     assert!(nodes.iter().all(|n| n["name"] != "Generic Noun"));
@@ -793,7 +793,7 @@ async fn an_identity_property_resolves_a_mention_under_another_name() {
     let f = fixture(|_| {}).await;
     run(&f).await;
     let mut text = std::fs::read_to_string(&f.source_file).expect("read");
-    text.push_str("{\"id\": \"e9\", \"content\": \"Order number PO-1 from the spring was paid.\", \"kind\": \"message\", \"reference_time\": \"2025-05-01T10:00:00Z\"}\n");
+    text.push_str("{\"id\": \"e9\", \"content\": \"The Spring order, number PO-1, was paid.\", \"kind\": \"message\", \"reference_time\": \"2025-05-01T10:00:00Z\"}\n");
     std::fs::write(&f.source_file, text).expect("write");
     let second = run(&f).await;
     // "Spring order" is a PurchaseOrder with po_number PO-1, the identity
@@ -1192,7 +1192,7 @@ async fn a_run_killed_after_any_commit_and_rerun_ends_with_the_uninterrupted_gra
 async fn a_failed_adjudication_call_keeps_the_mention_apart_and_is_recorded() {
     let f = fixture(|_| {}).await;
     let mut text = std::fs::read_to_string(&f.source_file).expect("read");
-    text.push_str("{\"id\": \"e11\", \"content\": \"Brightline Sys. invoiced the order.\", \"kind\": \"message\", \"reference_time\": \"2025-04-02T10:00:00Z\"}\n");
+    text.push_str("{\"id\": \"e11\", \"content\": \"Brightline Systemz invoiced the order.\", \"kind\": \"message\", \"reference_time\": \"2025-04-02T10:00:00Z\"}\n");
     std::fs::write(&f.source_file, text).expect("write");
     let report = run(&f).await;
     assert_eq!(
