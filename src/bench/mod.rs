@@ -220,6 +220,7 @@ pub async fn run_llm_bench(settings: LlmBench) -> std::io::Result<LlmBenchReport
                         messages: vec![Message::system("Reply with JSON."), Message::user(prompt)],
                         max_tokens,
                         prompt_version: "bench".into(),
+                        budget: None,
                     })
                     .await
             })

@@ -618,6 +618,7 @@ fn entity_request(
             max_tokens: (64 + per_item * batch.members.len() as u32)
                 .min(spec.entity_max_tokens.max(512) * 2),
             prompt_version: PROMPT_VERSION.into(),
+            budget: None,
         },
         reply_schema(&subtypes, most_properties > 0, batch.members.len()),
     )
@@ -670,6 +671,7 @@ fn fact_request(
             messages: vec![Message::system(system), Message::user(user)],
             max_tokens: 64 + 32 * batch.members.len() as u32,
             prompt_version: PROMPT_VERSION.into(),
+            budget: None,
         },
         reply_schema(&subtypes, false, batch.members.len()),
     )

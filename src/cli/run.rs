@@ -267,6 +267,17 @@ fn print_llm_use(r: &RunReport) {
         r.completion_tokens,
         r.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
     );
+    let (low, high, max) = r.in_flight;
+    if calls > r.cache_hits && max > 0 {
+        out!(
+            "llm: {} calls in flight (llm.max_concurrency {max})",
+            if low == high {
+                low.to_string()
+            } else {
+                format!("{low} to {high}")
+            }
+        );
+    }
     if !r.endpoints.is_empty() {
         out!("llm endpoints:");
         for e in &r.endpoints {

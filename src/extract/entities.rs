@@ -8,7 +8,7 @@ use super::evidence::{Evidence, context_in, typed_attributes};
 use super::names::NameChecks;
 use super::reply::{EntityOut, EntityReply};
 use super::types::TypeWords;
-use super::{ExtractSpec, Mention, Prompts, Rejected, dropped, within_budget};
+use super::{ExtractSpec, Mention, Prompts, Rejected, dropped};
 use crate::cues::Switches;
 use crate::cues::names::shares_a_word;
 use crate::llm::{LlmClient, LlmError};
@@ -30,12 +30,11 @@ pub async fn extract_entities(
     let request = prompts.entity_request(spec, episode, context);
     // The model sees the episode and its context as the request shows them.
     let evidence = Evidence::of(request.messages.last().map_or("", |m| m.content.as_str()));
-    let reply = within_budget(
-        spec,
-        Stage::ExtractEntities,
-        client.chat_json_with_schema_ref::<EntityReply>(request, prompts.entity_schema()),
-    )
-    .await?;
+    // The request carries `extract.call_budget_secs`, counted from its
+    // first send ([`crate::llm::concurrency::CallClock`]).
+    let reply = client
+        .chat_json_with_schema_ref::<EntityReply>(request, prompts.entity_schema())
+        .await?;
     let rejected = dropped(Stage::ExtractEntities, episode, reply.dropped);
     let context_shown = context_shown(spec, context);
     let shown = shown(episode, &context_shown);

@@ -16,7 +16,7 @@ use super::times::{default_start, fact_times, on_day, written_time};
 use super::when::resolve_when;
 use super::{
     ExtractSpec, FACT_MAX_CHARS, FactMention, FactStart, GENERIC_RELATION, Mention, Prompts,
-    Rejected, dropped, within_budget,
+    Rejected, dropped,
 };
 use crate::cues::Switches;
 use crate::cues::ends::stated_start;
@@ -42,12 +42,9 @@ pub async fn extract_facts(
         return Ok((Vec::new(), Vec::new()));
     }
     let (request, schema) = fact_request(ontology, prompts, spec, episode, context, mentions);
-    let reply = within_budget(
-        spec,
-        Stage::ExtractFacts,
-        client.chat_json_with_schema::<FactReply>(request, schema),
-    )
-    .await?;
+    let reply = client
+        .chat_json_with_schema::<FactReply>(request, schema)
+        .await?;
     let mut facts = Vec::new();
     let mut rejected = dropped(Stage::ExtractFacts, episode, reply.dropped);
     let (facts_out, unshaped) = reply.value.facts.into_list();

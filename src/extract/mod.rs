@@ -9,12 +9,9 @@
 //! episode's entity names are enums in the reply schema, so a
 //! schema-constrained decoder cannot invent them; replies are still checked.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use crate::llm::LlmError;
 use crate::ontology::ENTITY_LABEL;
 use crate::source::Episode;
 use crate::stage::Stage;
@@ -179,24 +176,6 @@ fn dropped(stage: Stage, episode: &Episode, notes: Vec<String>) -> Vec<Rejected>
             excerpt: String::new(),
         })
         .collect()
-}
-
-async fn within_budget<T>(
-    spec: &ExtractSpec,
-    stage: Stage,
-    call: impl std::future::Future<Output = Result<T, LlmError>>,
-) -> Result<T, LlmError> {
-    match tokio::time::timeout(Duration::from_secs(spec.call_budget_secs), call).await {
-        Ok(r) => r,
-        Err(_) => Err(LlmError::Exhausted {
-            stage,
-            attempts: 0,
-            last: format!(
-                "the call ran past its time budget of {} s (extract.call_budget_secs)",
-                spec.call_budget_secs
-            ),
-        }),
-    }
 }
 
 /// A date, as the fact schema lets a model write `valid_at` and

@@ -172,6 +172,7 @@ impl Prompts {
             messages: vec![Message::system(self.system.clone()), Message::user(user)],
             max_tokens: entity_reply_bound(spec, episode),
             prompt_version: PROMPT_VERSION.into(),
+            budget: Some(std::time::Duration::from_secs(spec.call_budget_secs)),
         }
     }
 
@@ -541,6 +542,7 @@ pub(super) fn fact_request(
             messages: vec![Message::system(prompts.system.clone()), Message::user(user)],
             max_tokens: fact_reply_bound(spec, mentions.len()),
             prompt_version: PROMPT_VERSION.into(),
+            budget: Some(std::time::Duration::from_secs(spec.call_budget_secs)),
         },
         schema,
     )

@@ -14,12 +14,13 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::auth::{ApiKey, auth_headers, redact};
 use super::batch::{BatchQueue, Endpoint, QueuedRequest};
 use super::cache::{CachedReply, ResponseCache, cache_key};
+use super::concurrency::{CallClock, Concurrency, Outcome as LoadOutcome};
 use super::endpoints::{self, EndpointStats, Pool, Slot};
 use super::error::LlmError;
 use super::limiter::{BudgetConfig, Limiter};
@@ -81,6 +82,10 @@ pub struct ChatRequest {
     /// Version of the prompt; part of the cache key, so changing a prompt
     /// invalidates its cached replies.
     pub prompt_version: String,
+    /// Time the call may take once its first request is sent, retries
+    /// and a repair included ([`CallClock`]); `None`: only the attempts'
+    /// `llm.timeout_secs` bound it.
+    pub budget: Option<Duration>,
 }
 
 /// Token counts of a call.
@@ -189,7 +194,7 @@ pub struct LlmClient {
     settings: Settings,
     key: Option<ApiKey>,
     limiter: Limiter,
-    in_flight: Semaphore,
+    in_flight: Concurrency,
     /// The chat endpoints (`llm.endpoints`, or `llm.base_url` alone).
     pool: Pool,
     cache: Option<ResponseCache>,
@@ -278,6 +283,30 @@ struct Spent {
     http_time: Duration,
     wait_time: Duration,
     endpoint: Option<Served>,
+}
+
+/// Why an attempt got no reply (never with the URL, which may hold a key).
+#[derive(Debug)]
+struct NoReply {
+    why: String,
+    /// No reply within the attempt's time: a sign of load.
+    timed_out: bool,
+}
+
+impl NoReply {
+    fn timed_out(after: Duration) -> Self {
+        NoReply {
+            why: format!("no reply within {}s", after.as_secs()),
+            timed_out: true,
+        }
+    }
+
+    fn other(why: String) -> Self {
+        NoReply {
+            why,
+            timed_out: false,
+        }
+    }
 }
 
 /// Where an attempt went.
@@ -374,7 +403,10 @@ impl LlmClient {
             },
             key,
             limiter,
-            in_flight: Semaphore::new(spec.max_concurrency.max(1) as usize),
+            in_flight: Concurrency::new(
+                spec.max_concurrency.max(1) as usize,
+                spec.adaptive_concurrency,
+            ),
             pool: Pool::new(spec),
             cache,
             mode: AtomicU8::new(mode_level(spec.structured_output)),
@@ -445,7 +477,14 @@ impl LlmClient {
         let est = estimate_tokens(&messages) + 1;
         let item = Some("warm-up".to_string());
         let (usage, spent, error) = match self
-            .exchange(stage, "chat/completions", &body, est, None)
+            .exchange(
+                stage,
+                "chat/completions",
+                &body,
+                est,
+                None,
+                &CallClock::new(None),
+            )
             .await
         {
             Ok(x) => {
@@ -504,6 +543,13 @@ impl LlmClient {
         self.pool.stats()
     }
 
+    /// The fewest and the most calls let go at once so far, and the most
+    /// allowed (`llm.max_concurrency`).
+    pub fn in_flight(&self) -> (usize, usize, usize) {
+        let (low, high) = self.in_flight.range();
+        (low, high, self.in_flight.max())
+    }
+
     fn url(&self, base: &str, endpoint: &str) -> String {
         match (self.settings.api_style, &self.settings.azure_api_version) {
             (ApiStyle::Azure, Some(v)) => format!("{base}/{endpoint}?api-version={v}"),
@@ -535,6 +581,7 @@ impl LlmClient {
         body: &Value,
         est_tokens: u64,
         level: Option<u8>,
+        clock: &CallClock,
     ) -> Result<Exchange, ExchangeError> {
         let mut spent = Spent::default();
         let mut last = String::new();
@@ -548,7 +595,7 @@ impl LlmClient {
             spent.attempts += 1;
             let attempts = spent.attempts;
             let waited = Instant::now();
-            let Ok(permit) = self.in_flight.acquire().await else {
+            let Some(permit) = self.in_flight.acquire().await else {
                 let error = LlmError::Setup("client closed".into());
                 return Err(ExchangeError { error, spent });
             };
@@ -592,6 +639,20 @@ impl LlmClient {
                 }
             };
             spent.wait_time += waited.elapsed();
+            // The budget runs from the first send, not while this call
+            // waited for a slot or the budget: an attempt gets what is left.
+            let timeout = match clock.sending() {
+                Some(left) if left.is_zero() => {
+                    let error = LlmError::Exhausted {
+                        stage,
+                        attempts: spent.attempts - 1,
+                        last: clock.past_budget(),
+                    };
+                    return Err(ExchangeError { error, spent });
+                }
+                Some(left) => left.min(self.settings.timeout),
+                None => self.settings.timeout,
+            };
             let (url, served) = match &slot {
                 Some(slot) => (
                     self.url(slot.base_url(), endpoint),
@@ -604,8 +665,19 @@ impl LlmClient {
             };
             spent.endpoint = Some(served);
             let started = Instant::now();
-            let outcome = self.send_once(&url, body).await;
-            spent.http_time += started.elapsed();
+            let outcome = self.send_once(&url, body, timeout).await;
+            let took = started.elapsed();
+            spent.http_time += took;
+            let load = match &outcome {
+                Ok((429 | 500..=599, ..))
+                | Err(NoReply {
+                    timed_out: true, ..
+                }) => LoadOutcome::Overloaded,
+                _ => LoadOutcome::Other,
+            };
+            if load == LoadOutcome::Overloaded || outcome.is_err() {
+                self.in_flight.record(load);
+            }
             drop(permit);
             let verdict = self
                 .judge(stage, outcome, &reservation, body_bytes, level)
@@ -617,6 +689,12 @@ impl LlmClient {
             }
             let retry_after = match verdict {
                 Attempt::Done(body, token_bound) => {
+                    self.in_flight.record(LoadOutcome::Replied {
+                        tokens: reported_tokens(&body["usage"]["completion_tokens"], token_bound)
+                            .unwrap_or(0),
+                        took,
+                        budget: clock.budget(),
+                    });
                     return Ok(Exchange {
                         body,
                         spent,
@@ -640,6 +718,10 @@ impl LlmClient {
                 }
             };
             if attempts >= max_attempts {
+                break;
+            }
+            if clock.spent() {
+                last = format!("{last}; {}", clock.past_budget());
                 break;
             }
             if let Some(failed) = failed_on {
@@ -688,14 +770,9 @@ impl LlmClient {
         &self,
         url: &str,
         body: &Value,
-    ) -> Result<(u16, bytes::Bytes, Option<Duration>), String> {
-        let sent = self
-            .http
-            .post(url)
-            .timeout(self.settings.timeout)
-            .json(body)
-            .send()
-            .await;
+        timeout: Duration,
+    ) -> Result<(u16, bytes::Bytes, Option<Duration>), NoReply> {
+        let sent = self.http.post(url).timeout(timeout).json(body).send().await;
         match sent {
             Ok(resp) => {
                 let status = resp.status().as_u16();
@@ -714,18 +791,23 @@ impl LlmClient {
                 if streamed {
                     return read_events(resp)
                         .await
-                        .map(|bytes| (status, bytes, retry_after));
+                        .map(|bytes| (status, bytes, retry_after))
+                        .map_err(NoReply::other);
                 }
                 match resp.bytes().await {
                     Ok(bytes) => Ok((status, bytes, retry_after)),
-                    Err(e) => Err(format!("reading the reply failed: {}", e.without_url())),
+                    Err(e) if e.is_timeout() => Err(NoReply::timed_out(timeout)),
+                    Err(e) => Err(NoReply::other(format!(
+                        "reading the reply failed: {}",
+                        e.without_url()
+                    ))),
                 }
             }
-            Err(e) if e.is_timeout() => Err(format!(
-                "no reply within {}s",
-                self.settings.timeout.as_secs()
-            )),
-            Err(e) => Err(format!("request failed: {}", error_chain(&e.without_url()))),
+            Err(e) if e.is_timeout() => Err(NoReply::timed_out(timeout)),
+            Err(e) => Err(NoReply::other(format!(
+                "request failed: {}",
+                error_chain(&e.without_url())
+            ))),
         }
     }
 
@@ -734,7 +816,7 @@ impl LlmClient {
     async fn judge(
         &self,
         stage: Stage,
-        outcome: Result<(u16, bytes::Bytes, Option<Duration>), String>,
+        outcome: Result<(u16, bytes::Bytes, Option<Duration>), NoReply>,
         reservation: &super::limiter::Reservation,
         body_bytes: u64,
         level: Option<u8>,
@@ -743,7 +825,7 @@ impl LlmClient {
             Ok(o) => o,
             // The server may or may not have done the work: keep the
             // reservation, the conservative choice.
-            Err(why) => return Attempt::Retry(why, None),
+            Err(no_reply) => return Attempt::Retry(no_reply.why, None),
         };
         if status == 200 {
             let parsed: Result<Value, _> = if bytes.len() > 256 * 1024 {
@@ -1024,6 +1106,7 @@ impl LlmClient {
         }
 
         self.warm_up(&req).await;
+        let clock = CallClock::new(req.budget);
         let mut messages = req.messages.clone();
         let mut usage = Usage::default();
         let mut spent = Spent::default();
@@ -1037,7 +1120,14 @@ impl LlmClient {
             }
             let est = estimate_tokens(&messages) + req.max_tokens as u64;
             let exchange = match self
-                .exchange(req.stage, "chat/completions", &body, est, Some(level))
+                .exchange(
+                    req.stage,
+                    "chat/completions",
+                    &body,
+                    est,
+                    Some(level),
+                    &clock,
+                )
                 .await
             {
                 Ok(x) => x,
@@ -1260,7 +1350,10 @@ impl LlmClient {
                 .sum::<u64>();
             let body = json!({"model": model, "input": input});
             let item = Some(format!("{} texts", input.len()));
-            let exchange = match self.exchange(stage, "embeddings", &body, est, None).await {
+            let exchange = match self
+                .exchange(stage, "embeddings", &body, est, None, &CallClock::new(None))
+                .await
+            {
                 Ok(x) => x,
                 Err(e) => {
                     self.record(self.row(

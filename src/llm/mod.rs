@@ -4,6 +4,7 @@
 //! * [`client`]: chat completions with structured output and embeddings;
 //! * [`error`]: the layer's error; [`auth`]: the API key and its header;
 //! * [`batch`]: batch mode, calls queued for the Batch API;
+//! * [`concurrency`]: how many calls go at once, following the server;
 //! * [`endpoints`]: several servers of one model behind the one budget;
 //! * [`limiter`]: the requests-per-minute and tokens-per-minute budget;
 //! * [`retry`]: which failures are retried and how long to wait;
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod batch;
 pub mod cache;
 pub mod client;
+pub mod concurrency;
 pub mod endpoints;
 pub mod error;
 pub mod limiter;

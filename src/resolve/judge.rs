@@ -180,6 +180,7 @@ async fn send_batches<T: DeserializeOwned>(
                 messages: vec![Message::system(q.system), Message::user(prompt)],
                 max_tokens: 32 + q.tokens_per_item * members.len() as u32,
                 prompt_version: PROMPT_VERSION.into(),
+                budget: None,
             };
             let n = members.len();
             let mut item = q.item_schema.clone();

@@ -227,6 +227,9 @@ pub struct RunReport {
     /// What each LLM endpoint did, in the order of `llm.endpoints`; empty
     /// with a single endpoint.
     pub endpoints: Vec<EndpointReport>,
+    /// The fewest and the most calls the client let go at once
+    /// (`llm.adaptive_concurrency`), and `llm.max_concurrency`.
+    pub in_flight: (usize, usize, usize),
     /// The plan (dry run).
     pub plan: Vec<StagePlan>,
     /// Dry run: the rounds batch mode would make at most.
@@ -654,6 +657,7 @@ impl RunReport {
         self.completion_tokens = totals.completion_tokens;
         self.cost_usd = totals.cost_usd;
         self.endpoints = endpoint_reports(client, &changes.llm_calls);
+        self.in_flight = client.in_flight();
         self.episodes_added = changes.episodes.len();
         for f in &changes.failures {
             *self.failures_by_stage.entry(f.stage.clone()).or_default() += 1;

@@ -243,8 +243,12 @@ pub struct LlmSpec {
     /// Tokens that may go at once; default 5% of tokens_per_minute. A single
     /// call larger than this is an error.
     pub token_burst: Option<u32>,
-    /// Calls in flight at once.
+    /// Calls in flight at once, at most.
     pub max_concurrency: u32,
+    /// Whether the calls in flight follow what the server sustains, from 2
+    /// up to `max_concurrency` ([`crate::llm::concurrency`]); `false`
+    /// keeps `max_concurrency` in flight.
+    pub adaptive_concurrency: bool,
     /// How replies are constrained to JSON: `json_schema` (strict schema),
     /// `json_object`, or `prompt` (schema in the prompt only). A server that
     /// rejects the chosen `response_format` is retried one level down.
@@ -438,6 +442,7 @@ impl Default for LlmSpec {
             request_burst: None,
             token_burst: None,
             max_concurrency: 8,
+            adaptive_concurrency: true,
             structured_output: StructuredOutput::JsonSchema,
             temperature: 0.0,
             timeout_secs: 120,
@@ -477,6 +482,7 @@ impl std::fmt::Debug for LlmSpec {
             .field("requests_per_minute", &self.requests_per_minute)
             .field("tokens_per_minute", &self.tokens_per_minute)
             .field("max_concurrency", &self.max_concurrency)
+            .field("adaptive_concurrency", &self.adaptive_concurrency)
             .field("structured_output", &self.structured_output)
             .field("max_attempts", &self.max_attempts)
             .field("cache", &self.cache)

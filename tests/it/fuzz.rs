@@ -2793,6 +2793,7 @@ fn entity_request() -> ChatRequest {
         ],
         max_tokens: 256,
         prompt_version: "fuzz-1".into(),
+        budget: None,
     }
 }
 
@@ -2898,9 +2899,13 @@ fn fuzz_enormous_entity_replies_keep_the_cap_and_reject_the_rest() {
         .expect("test server");
     let client = LlmClient::with_key(&fuzz_llm_spec(&server), None, None, "fuzz").expect("client");
     let (_, ontology) = crate::common::procurement();
-    // Names share a word with the episode ("Vendor"), or they would be
-    // rejected as made up.
-    let episode = crate::common::text_episode("Each Vendor wrote in; the vendors replied.");
+    // The episode writes the names the cap (at most 100) lets through, or
+    // they would be rejected as made up.
+    let written: Vec<String> = (0..100).map(|i| format!("Vendor {i}")).collect();
+    let episode = crate::common::text_episode(&format!(
+        "Each Vendor wrote in: {}; the vendors replied.",
+        written.join(", ")
+    ));
     let strategy = (1usize..=20_000, 1usize..=100, 0usize..=20);
     check(12, 11, strategy, |(n, cap, bad)| {
         let spec = ExtractSpec {

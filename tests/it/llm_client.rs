@@ -46,6 +46,7 @@ fn request(text: &str) -> ChatRequest {
         messages: vec![Message::system("Extract entities."), Message::user(text)],
         max_tokens: 256,
         prompt_version: "test-1".into(),
+        budget: None,
     }
 }
 

@@ -36,6 +36,7 @@ fn request(i: usize) -> ChatRequest {
         ],
         max_tokens: 32,
         prompt_version: "endpoints-1".into(),
+        budget: None,
     }
 }
 

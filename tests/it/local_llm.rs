@@ -71,6 +71,7 @@ async fn the_local_model_answers_structured_calls_through_the_client() {
         ],
         max_tokens: 300,
         prompt_version: "local-test-1".into(),
+        budget: None,
     };
     let reply = client
         .chat_json::<Extracted>(request())

@@ -19,6 +19,7 @@ mod embedding_candidates;
 mod fuzz;
 mod interop;
 mod llm_client;
+mod llm_concurrency;
 mod llm_endpoints;
 mod llm_test_server;
 mod local_llm;
