@@ -92,6 +92,17 @@ pub struct Quality {
     pub nodes_matching: usize,
     /// Found entities with a node of exactly the gold chain.
     pub chains_exact: usize,
+    /// Found entities with a node of the gold top-level type (the first
+    /// level of the walk).
+    pub top_right: usize,
+    /// Found entities whose gold chain goes below its top-level type and
+    /// that have a node of that top-level type: the subtype walks asked.
+    pub sub_asked: usize,
+    /// Of those, with a node whose chain is the gold one (as deep).
+    pub sub_right: usize,
+    /// Of those not right, with a node that stopped on the gold chain
+    /// above its end (left at a parent).
+    pub sub_at_parent: usize,
     /// Gold facts stated in processed episodes.
     pub gold_facts: usize,
     /// Of those, found as an edge between the right nodes with a relation
@@ -147,6 +158,15 @@ impl Quality {
     pub fn chain_accuracy(&self) -> f64 {
         ratio(self.chains_exact, self.entities_found)
     }
+    /// Found entities of the right top-level type / found entities.
+    pub fn top_accuracy(&self) -> f64 {
+        ratio(self.top_right, self.entities_found)
+    }
+    /// Subtype walks that reached the gold chain / walks asked (entities
+    /// of the right top-level type that have a subtype to reach).
+    pub fn subtype_accuracy(&self) -> f64 {
+        ratio(self.sub_right, self.sub_asked)
+    }
     /// Gold facts found / gold facts.
     pub fn fact_recall(&self) -> f64 {
         ratio(self.facts_found, self.gold_facts)
@@ -190,6 +210,18 @@ impl std::fmt::Display for Quality {
             self.chain_accuracy(),
             self.chains_exact,
             self.entities_found
+        )?;
+        writeln!(
+            f,
+            "walk by level: top-level type right {:.2} ({}/{}); subtype reached {:.2} ({}/{} with one to reach; {} left at a parent, {} at another type)",
+            self.top_accuracy(),
+            self.top_right,
+            self.entities_found,
+            self.subtype_accuracy(),
+            self.sub_right,
+            self.sub_asked,
+            self.sub_at_parent,
+            self.sub_asked - self.sub_right - self.sub_at_parent
         )?;
         writeln!(
             f,
@@ -275,12 +307,30 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
     let found: HashSet<usize> = gold_of_node.values().copied().collect();
     q.entities_found = found.len();
     for &g in &found {
-        let exact = nodes.iter().any(|n| {
-            gold_of_node.get(n.node_id.as_str()) == Some(&g)
-                && n.labels.get(1..) == Some(&gold.entities[g].chain[..])
-        });
-        if exact {
-            q.chains_exact += 1;
+        let want = &gold.entities[g].chain[..];
+        // Labels hold `Entity` first, then the chain.
+        let chains: Vec<&[String]> = nodes
+            .iter()
+            .filter(|n| gold_of_node.get(n.node_id.as_str()) == Some(&g))
+            .map(|n| n.labels.get(1..).unwrap_or_default())
+            .collect();
+        let exact = chains.contains(&want);
+        q.chains_exact += usize::from(exact);
+        let top = |c: &[String]| !want.is_empty() && c.first() == want.first();
+        if !chains.iter().any(|c| top(c)) {
+            continue;
+        }
+        q.top_right += 1;
+        if want.len() > 1 {
+            q.sub_asked += 1;
+            if exact {
+                q.sub_right += 1;
+            } else if chains
+                .iter()
+                .any(|c| top(c) && c.len() < want.len() && want.starts_with(c))
+            {
+                q.sub_at_parent += 1;
+            }
         }
     }
     let gold_index: HashMap<String, usize> = gold

@@ -108,10 +108,14 @@ const fn column(header: &'static str, figure: fn(&Quality) -> f64, higher_better
 }
 
 /// The suite table's columns after the corpus name.
-const COLUMNS: [Column; 11] = [
+const COLUMNS: [Column; 12] = [
     column("entity P", Quality::entity_precision, true),
     column("entity R", Quality::entity_recall, true),
     column("chains", Quality::chain_accuracy, true),
+    Column {
+        cell: Some(|q| format!("{} of {}", q.sub_right, q.sub_asked)),
+        ..column("subtype reached", Quality::subtype_accuracy, true)
+    },
     column("nodes per entity", Quality::nodes_per_entity, false),
     column("facts (family)", Quality::fact_recall, true),
     column("facts (exact)", Quality::fact_recall_exact, true),
