@@ -160,8 +160,12 @@ pub fn record_chains(
 /// node of the same folded name in the group with its episodes; a
 /// top-level type wins with at least two votes and more than all the
 /// others together, and a text mention of another top-level type takes
-/// the winner's chain that most votes gave (a longer one on a tie). An
-/// untyped mention (`Entity`) neither votes nor is retyped.
+/// the winner's chain that most votes gave (a longer one on a tie). Below
+/// that type the subtypes vote the same way ([`below_the_root`]): a
+/// mention whose chain parts from the winner's takes it when more votes
+/// back the winner, and a tie leaves every mention at the part the tied
+/// chains share. An untyped mention (`Entity`) neither votes nor is
+/// retyped.
 ///
 /// A small model types one name differently from one episode to the next
 /// ("Skylark Messaging" a Company in three mails and documents, a Service
@@ -213,14 +217,68 @@ pub fn majority_chains(
     let mut out = vec![None; mentions.len()];
     for i in (0..mentions.len()).filter(|&i| typed(i) && !mentions[i].mention.mapped) {
         let key = (mentions[i].group_id, folded[i].as_str());
-        let Some(chain) = votes.get(&key).and_then(winner) else {
-            continue;
-        };
-        if chain.first() != mentions[i].mention.chain.first() {
+        let Some(v) = votes.get(&key) else { continue };
+        let Some(chain) = winner(v) else { continue };
+        let own = &mentions[i].mention.chain;
+        if chain.first() != own.first() {
             out[i] = Some(chain);
+            continue;
+        }
+        match below_the_root(v, &chain) {
+            Some(Below::Winner) if !compatible(own, &chain) => out[i] = Some(chain),
+            Some(Below::Parent(parent)) if own.len() > parent.len() => out[i] = Some(parent),
+            _ => {}
         }
     }
     out
+}
+
+/// What the subtypes of a name's winning top-level type decide, when its
+/// chains part below it.
+enum Below {
+    /// The winner's chain has more votes behind it than any chain it
+    /// parts from: those take it.
+    Winner,
+    /// A tie: every chain below this one, the part they share, takes it.
+    Parent(Vec<String>),
+}
+
+/// How a name's chains that part below the winning top-level type are
+/// settled (`winner`: the chain of that type most votes gave); `None`
+/// when none part, or when a parting chain has more votes behind it.
+/// Votes for a chain back every chain compatible with it (one a prefix of
+/// the other). A name walked to a `Company` in one episode and to a
+/// `Foundation` in another is one `Organization`, not two entities that
+/// can never merge.
+fn below_the_root(v: &BTreeMap<Vec<String>, u64>, winner: &[String]) -> Option<Below> {
+    let backing = |c: &[String]| -> u64 {
+        v.iter()
+            .filter(|(x, _)| compatible(x, c))
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    let parting: Vec<&Vec<String>> = v
+        .keys()
+        .filter(|c| c.first() == winner.first() && !compatible(c, winner))
+        .collect();
+    let most = parting.iter().map(|c| backing(c)).max()?;
+    let own = backing(winner);
+    if own > most {
+        return Some(Below::Winner);
+    }
+    if own < most {
+        return None;
+    }
+    let mut parent = winner.to_vec();
+    for c in parting.iter().filter(|c| backing(c) == most) {
+        let shared = parent
+            .iter()
+            .zip(c.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        parent.truncate(shared);
+    }
+    Some(Below::Parent(parent))
 }
 
 /// The committed nodes whose folded name is one of `names`, with their
@@ -388,6 +446,39 @@ mod tests {
             "the chain most votes gave"
         );
         assert_eq!(chains[6], None, "already of the winning top-level type");
+    }
+
+    #[test]
+    fn below_the_winning_top_level_type_the_subtype_most_votes_back_wins_and_a_tie_keeps_the_parent()
+     {
+        let org = |sub: &str| vec!["Organization".to_string(), sub.to_string()];
+        let ms = [
+            mention("Grünfeld Energie GmbH", &["Organization", "Utility"], false),
+            mention("Grünfeld Energie", &["Organization", "Utility"], false),
+            mention(
+                "Grünfeld Energie GmbH",
+                &["Organization", "Manufacturer"],
+                false,
+            ),
+            mention("Brightwave Labs", &["Organization", "Company"], false),
+            mention("Brightwave Labs", &["Organization", "Foundation"], false),
+            mention("Corvid", &["Organization"], false),
+            mention("Corvid", &["Organization", "Company"], false),
+        ];
+        let run = in_group_g(&ms);
+        let chains = majority_chains(&run, &evidence(&run, &[]));
+        assert_eq!(
+            chains[..3],
+            [None, None, Some(org("Utility"))],
+            "2 votes to 1"
+        );
+        let parent = Some(vec!["Organization".to_string()]);
+        assert_eq!(
+            chains[3..5],
+            [parent.clone(), parent],
+            "1 to 1: the parent they share"
+        );
+        assert_eq!(chains[5..], [None, None], "a prefix is no disagreement");
     }
 
     #[test]
