@@ -693,7 +693,7 @@ impl LlmClient {
                         tokens: reported_tokens(&body["usage"]["completion_tokens"], token_bound)
                             .unwrap_or(0),
                         took,
-                        budget: clock.budget(),
+                        allowed: timeout,
                     });
                     return Ok(Exchange {
                         body,

@@ -10,11 +10,13 @@
 //!
 //! * it starts at [`START`] (or the maximum, when lower) and doubles
 //!   after each round of calls that raised the completed tokens per second
-//!   by at least [`GAIN`], then grows by one (slow start, as in TCP);
+//!   by at least [`GAIN`], then grows by one (slow start, as in TCP),
+//!   unless a call of the round took more than a quarter of the time an
+//!   attempt may take (its timeout, or what is left of its budget);
 //! * a round whose throughput fell by more than [`GAIN`] steps it down by
 //!   one; in between it holds;
-//! * an overload (an attempt that timed out, a 429 or 5xx, or a call
-//!   that took more than half of its time budget) halves it at once.
+//! * an overload (an attempt that timed out, a 429 or 5xx, or a reply
+//!   after more than half of the time it was allowed) halves it at once.
 //!
 //! A round is as many completed attempts as the limit (at least two),
 //! after the completion that opens it, once the calls that were in flight
@@ -71,17 +73,20 @@ struct Round {
     first: Option<Instant>,
     completed: usize,
     tokens: u64,
+    /// A call of the round took more than a quarter of its time.
+    crowded: bool,
 }
 
 /// How an attempt ended, as the limit reads it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Outcome {
     /// A reply came, with this many completion tokens, after this long in
-    /// service; `budget` is the call's time budget, when it has one.
+    /// service; `allowed` is the most an attempt may take (the attempt
+    /// timeout, or what is left of the call's budget when less).
     Replied {
         tokens: u64,
         took: Duration,
-        budget: Option<Duration>,
+        allowed: Duration,
     },
     /// The server is overloaded: an attempt timed out or was told to back
     /// off (429, 5xx).
@@ -167,15 +172,19 @@ impl Concurrency {
         if !state.adaptive {
             return;
         }
-        let late =
-            matches!(outcome, Outcome::Replied { took, budget: Some(b), .. } if took > b / 2);
+        let late = matches!(outcome, Outcome::Replied { took, allowed, .. } if took > allowed / 2);
         if late || outcome == Outcome::Overloaded {
             let to = (state.limit / 2).max(1);
             state.slow_start = false;
             self.set(&mut state, to, "the server is overloaded or calls run late");
             return;
         }
-        let Outcome::Replied { tokens, .. } = outcome else {
+        let Outcome::Replied {
+            tokens,
+            took,
+            allowed,
+        } = outcome
+        else {
             return;
         };
         if state.settle > 0 {
@@ -194,6 +203,9 @@ impl Concurrency {
         };
         round.completed += 1;
         round.tokens = round.tokens.saturating_add(tokens);
+        // A round with a call past a quarter of its time has no room to
+        // grow: more calls at once would make every one later.
+        round.crowded |= took > allowed / 4;
         if round.completed < round_size {
             return;
         }
@@ -204,6 +216,7 @@ impl Concurrency {
             f64::INFINITY
         };
         let last = state.last.replace(rate);
+        let crowded = state.round.crowded;
         state.round = Round::default();
         match last {
             Some(last) if rate < last * (1.0 - GAIN) => {
@@ -215,6 +228,7 @@ impl Concurrency {
                 // Flat: more calls would only make each one later.
                 state.slow_start = false;
             }
+            _ if crowded => state.slow_start = false,
             _ if state.limit < state.max => {
                 let to = if state.slow_start {
                     state.limit * 2
@@ -321,7 +335,7 @@ mod tests {
         Outcome::Replied {
             tokens,
             took: Duration::from_secs(1),
-            budget: Some(Duration::from_secs(300)),
+            allowed: Duration::from_secs(300),
         }
     }
 
@@ -378,7 +392,7 @@ mod tests {
         c.record(Outcome::Replied {
             tokens: 10,
             took: Duration::from_secs(200),
-            budget: Some(Duration::from_secs(300)),
+            allowed: Duration::from_secs(300),
         });
         assert_eq!(c.limit(), 2);
         assert_eq!(c.permits.available_permits(), 2);
@@ -387,6 +401,24 @@ mod tests {
         c.record(Outcome::Overloaded);
         c.record(Outcome::Other);
         assert_eq!(c.limit(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_with_a_call_past_a_quarter_of_its_time_does_not_grow() {
+        let c = Concurrency::new(16, true);
+        c.record(replied(50));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        c.record(replied(50));
+        c.record(Outcome::Replied {
+            tokens: 500,
+            took: Duration::from_secs(100),
+            allowed: Duration::from_secs(300),
+        });
+        assert_eq!(
+            c.limit(),
+            START,
+            "ten times the tokens, but one call took a third"
+        );
     }
 
     #[tokio::test(start_paused = true)]
