@@ -122,6 +122,11 @@ impl Sentence<'_> {
 }
 
 impl<'a> Sentences<'a> {
+    /// The cues the run applies.
+    pub(crate) fn cues(&self) -> &Switches {
+        &self.cues
+    }
+
     /// The sentences of `content` read for the names of `mentions`, with
     /// every cue on.
     #[cfg(test)]

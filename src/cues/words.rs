@@ -19,6 +19,19 @@ impl<'a> Written<'a> {
         }
     }
 
+    /// [`Written::new`] when the cue `words_opening_sentences` is on;
+    /// otherwise no word opens a sentence, so every capital counts.
+    pub fn with_cues(text: &'a str, cues: &super::Switches) -> Self {
+        let mut written = Written::new(text);
+        let opening = written.words.iter().any(|w| w.opens);
+        if !cues.fires("words_opening_sentences", || opening) {
+            for w in &mut written.words {
+                w.opens = false;
+            }
+        }
+        written
+    }
+
     /// Every run of words that spells `wanted` (words in lower case),
     /// case ignored.
     pub(super) fn occurrences<'w>(
@@ -134,4 +147,26 @@ fn words_opening_sentences(text: &str) -> Vec<Word<'_>> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn with_words_opening_sentences_off_no_word_opens_a_sentence() {
+        let text = "Dana: Legal sent it. Then Acme replied.";
+        let on = Written::with_cues(text, &super::super::Switches::default());
+        let opening: Vec<&str> = on
+            .words
+            .iter()
+            .filter(|w| w.opens)
+            .map(|w| w.text)
+            .collect();
+        assert_eq!(opening, ["Dana", "Legal", "Then"]);
+        let off = BTreeMap::from([("words_opening_sentences".to_string(), false)]);
+        let off = Written::with_cues(text, &super::super::Switches::new("en", &off));
+        assert!(off.words.iter().all(|w| !w.opens));
+    }
 }

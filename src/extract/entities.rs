@@ -37,7 +37,7 @@ pub async fn extract_entities(
         .await?;
     let rejected = dropped(Stage::ExtractEntities, episode, reply.dropped);
     let context_shown = context_shown(spec, context);
-    let shown = shown(episode, &context_shown);
+    let shown = shown(episode, &context_shown, &prompts.cues);
     let shown_forms = shown_forms(episode, &context_shown);
     let source_only = source_only(episode);
     let checks = NameChecks {
@@ -79,10 +79,11 @@ fn context_shown(spec: &ExtractSpec, context: &[&Episode]) -> Vec<String> {
 fn shown<'a>(
     episode: &'a Episode,
     context_shown: &'a [String],
+    cues: &crate::cues::Switches,
 ) -> Vec<crate::cues::words::Written<'a>> {
     std::iter::once(episode.content.as_str())
         .chain(context_shown.iter().map(String::as_str))
-        .map(crate::cues::words::Written::new)
+        .map(|text| crate::cues::words::Written::with_cues(text, cues))
         .collect()
 }
 

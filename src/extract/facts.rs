@@ -128,7 +128,7 @@ impl<'a> Reading<'a> {
         // Records are not prose: their fields are not sentences, and their
         // structure says which values belong together.
         let record = (episode.kind == crate::spec::EpisodeKind::Json)
-            .then(|| RecordPlaces::new(&episode.content, mentions));
+            .then(|| RecordPlaces::new(&episode.content, mentions, cues));
         let judged = spec.require_stated_pair && record.is_none();
         Reading {
             ontology,
@@ -449,7 +449,7 @@ pub(super) fn ended_pairs(
             };
             let text = sentences.text(k);
             let (tg, tt) = (mentions[giver].type_name(), mentions[thing].type_name());
-            let named: Vec<(String, bool)> = types_named(ontology, text)
+            let named: Vec<(String, bool)> = types_named(ontology, text, sentences.cues())
                 .iter()
                 .filter_map(|r| fits_either_way(ontology, r, tg, tt))
                 .collect();

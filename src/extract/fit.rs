@@ -202,7 +202,7 @@ pub(super) fn fits_either_way(
 /// The declared relation types whose names, without a last word that is
 /// a preposition, `text` writes as consecutive words, case and
 /// punctuation aside: ON_CALL_FOR in "my on-call shifts", OWNS in "owns".
-pub(super) fn types_named(ontology: &Ontology, text: &str) -> Vec<String> {
+pub(super) fn types_named(ontology: &Ontology, text: &str, cues: &Switches) -> Vec<String> {
     let words: Vec<String> = crate::text::words(text).map(str::to_lowercase).collect();
     ontology
         .edge_tree
@@ -211,7 +211,11 @@ pub(super) fn types_named(ontology: &Ontology, text: &str) -> Vec<String> {
             let mut phrase: Vec<String> = crate::text::words(&node.name)
                 .map(str::to_lowercase)
                 .collect();
-            if phrase.len() > 1 && phrase.last().is_some_and(|w| is_preposition(w)) {
+            if phrase.len() > 1
+                && phrase
+                    .last()
+                    .is_some_and(|w| cues.fires("relation_preposition", || is_preposition(w)))
+            {
                 phrase.pop();
             }
             !phrase.is_empty() && words.windows(phrase.len()).any(|w| w == phrase)

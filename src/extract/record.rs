@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::Mention;
+use crate::cues::Switches;
 use crate::cues::names::writes;
 use crate::text::normalize_name;
 
@@ -23,7 +24,9 @@ pub(super) struct Container {
 }
 
 impl RecordPlaces {
-    pub(super) fn new(content: &str, mentions: &[Mention]) -> Self {
+    /// With the cue `record_writes_name` off, a value writes a name only
+    /// when it is the name (case and punctuation aside).
+    pub(super) fn new(content: &str, mentions: &[Mention], cues: &Switches) -> Self {
         let Ok(value) = serde_json::from_str::<Value>(content) else {
             return RecordPlaces { places: None };
         };
@@ -31,7 +34,7 @@ impl RecordPlaces {
         let mut places = vec![Vec::new(); mentions.len()];
         let mut next = 0;
         let mut path = Vec::new();
-        Self::walk(&value, &names, &mut path, &mut next, &mut places);
+        Self::walk(&value, &names, cues, &mut path, &mut next, &mut places);
         RecordPlaces {
             places: Some(places),
         }
@@ -40,6 +43,7 @@ impl RecordPlaces {
     pub(super) fn walk(
         value: &Value,
         names: &[String],
+        cues: &Switches,
         path: &mut Vec<Container>,
         next: &mut usize,
         places: &mut [Vec<Vec<Container>>],
@@ -47,7 +51,7 @@ impl RecordPlaces {
         let note = |text: &str, path: &[Container], places: &mut [Vec<Vec<Container>>]| {
             let written = normalize_name(text);
             for (i, name) in names.iter().enumerate() {
-                if writes(&written, name) {
+                if written == *name || cues.fires("record_writes_name", || writes(&written, name)) {
                     places[i].push(path.to_vec());
                 }
             }
@@ -61,7 +65,7 @@ impl RecordPlaces {
                 *next += 1;
                 for (key, v) in map {
                     note(key, path, places);
-                    Self::walk(v, names, path, next, places);
+                    Self::walk(v, names, cues, path, next, places);
                 }
                 path.pop();
             }
@@ -72,7 +76,7 @@ impl RecordPlaces {
                 });
                 *next += 1;
                 for v in items {
-                    Self::walk(v, names, path, next, places);
+                    Self::walk(v, names, cues, path, next, places);
                 }
                 path.pop();
             }

@@ -1184,7 +1184,7 @@ fn a_record_relates_a_field_to_what_its_object_holds_and_not_two_items_of_a_list
         "open_purchase_orders": [
             {"po_number": "PO-4590", "vendor": "Acme Corp", "amount": 8750.0},
             {"po_number": "PO-4614", "vendor": "Brightline Systems", "amount": 11200.0}]}"#;
-    let r = RecordPlaces::new(report, &mentions);
+    let r = RecordPlaces::new(report, &mentions, &crate::cues::Switches::default());
     assert!(r.pair_stated(1, 2), "one item of the list");
     assert!(r.pair_stated(2, 1), "either order");
     assert!(!r.pair_stated(1, 3), "two items of one list");
@@ -1197,10 +1197,13 @@ fn a_record_relates_a_field_to_what_its_object_holds_and_not_two_items_of_a_list
     );
     // Keys count as fields; text that is not JSON is not judged.
     let keyed = r#"{"Acme Corp": {"orders": ["PO-4590", "PO-4614"]}}"#;
-    let r = RecordPlaces::new(keyed, &mentions);
+    let r = RecordPlaces::new(keyed, &mentions, &crate::cues::Switches::default());
     assert!(r.pair_stated(1, 3) && r.pair_stated(1, 2));
     assert!(!r.pair_stated(2, 3), "two entries of one list");
-    assert!(RecordPlaces::new("not json", &mentions).pair_stated(1, 3));
+    assert!(
+        RecordPlaces::new("not json", &mentions, &crate::cues::Switches::default())
+            .pair_stated(1, 3)
+    );
 }
 
 #[test]
