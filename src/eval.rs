@@ -137,6 +137,44 @@ pub struct Quality {
     pub seconds: f64,
 }
 
+/// Counts the chain and walk-by-level figures of the `found` gold
+/// entities over their nodes (`gold_of_node`: node id → gold entity).
+fn score_chains(
+    q: &mut Quality,
+    gold: &Gold,
+    nodes: &[&NodeRow],
+    gold_of_node: &HashMap<&str, usize>,
+    found: &HashSet<usize>,
+) {
+    for &g in found {
+        let want = &gold.entities[g].chain[..];
+        // Labels hold `Entity` first, then the chain.
+        let chains: Vec<&[String]> = nodes
+            .iter()
+            .filter(|n| gold_of_node.get(n.node_id.as_str()) == Some(&g))
+            .map(|n| n.labels.get(1..).unwrap_or_default())
+            .collect();
+        let exact = chains.contains(&want);
+        q.chains_exact += usize::from(exact);
+        let top = |c: &[String]| !want.is_empty() && c.first() == want.first();
+        if !chains.iter().any(|c| top(c)) {
+            continue;
+        }
+        q.top_right += 1;
+        if want.len() > 1 {
+            q.sub_asked += 1;
+            if exact {
+                q.sub_right += 1;
+            } else if chains
+                .iter()
+                .any(|c| top(c) && c.len() < want.len() && want.starts_with(c))
+            {
+                q.sub_at_parent += 1;
+            }
+        }
+    }
+}
+
 /// How far a stored end may lie from the gold end and still count as
 /// the right date (days, either way).
 pub const END_TOLERANCE_DAYS: i64 = 3;
@@ -306,33 +344,7 @@ pub async fn evaluate(store: &GraphStore, gold: &Gold) -> Result<Quality, EvalEr
     };
     let found: HashSet<usize> = gold_of_node.values().copied().collect();
     q.entities_found = found.len();
-    for &g in &found {
-        let want = &gold.entities[g].chain[..];
-        // Labels hold `Entity` first, then the chain.
-        let chains: Vec<&[String]> = nodes
-            .iter()
-            .filter(|n| gold_of_node.get(n.node_id.as_str()) == Some(&g))
-            .map(|n| n.labels.get(1..).unwrap_or_default())
-            .collect();
-        let exact = chains.contains(&want);
-        q.chains_exact += usize::from(exact);
-        let top = |c: &[String]| !want.is_empty() && c.first() == want.first();
-        if !chains.iter().any(|c| top(c)) {
-            continue;
-        }
-        q.top_right += 1;
-        if want.len() > 1 {
-            q.sub_asked += 1;
-            if exact {
-                q.sub_right += 1;
-            } else if chains
-                .iter()
-                .any(|c| top(c) && c.len() < want.len() && want.starts_with(c))
-            {
-                q.sub_at_parent += 1;
-            }
-        }
-    }
+    score_chains(&mut q, gold, &nodes, &gold_of_node, &found);
     let gold_index: HashMap<String, usize> = gold
         .entities
         .iter()

@@ -285,6 +285,25 @@ struct Spent {
     endpoint: Option<Served>,
 }
 
+/// The error of a call whose every endpoint rests after repeated
+/// failures (`next`: when the first is back).
+fn all_resting(stage: Stage, attempts: u32, last: &str, next: Option<Duration>) -> LlmError {
+    LlmError::Exhausted {
+        stage,
+        attempts,
+        last: format!(
+            "{}every endpoint is resting after repeated failures{}",
+            if last.is_empty() {
+                String::new()
+            } else {
+                format!("{last}; ")
+            },
+            next.map(|d| format!(" (the first back in {}s)", d.as_secs()))
+                .unwrap_or_default()
+        ),
+    }
+}
+
 /// Why an attempt got no reply (never with the URL, which may hold a key).
 #[derive(Debug)]
 struct NoReply {
@@ -477,14 +496,7 @@ impl LlmClient {
         let est = estimate_tokens(&messages) + 1;
         let item = Some("warm-up".to_string());
         let (usage, spent, error) = match self
-            .exchange(
-                stage,
-                "chat/completions",
-                &body,
-                est,
-                None,
-                &CallClock::new(None),
-            )
+            .exchange(stage, "chat/completions", &body, est, None, None)
             .await
         {
             Ok(x) => {
@@ -568,6 +580,32 @@ impl LlmClient {
         self.settings.retry.backoff(attempt, &mut *rng)
     }
 
+    /// The time an attempt may take: the attempt timeout, or what is left
+    /// of the call's budget when less (the first attempt starts the
+    /// clock); `None` once the budget is spent.
+    fn attempt_timeout(&self, clock: Option<&CallClock>) -> Option<Duration> {
+        match clock.and_then(CallClock::sending) {
+            Some(left) if left.is_zero() => None,
+            Some(left) => Some(left.min(self.settings.timeout)),
+            None => Some(self.settings.timeout),
+        }
+    }
+
+    /// Where an attempt goes: the URL of `endpoint` at the pool's `slot`,
+    /// or at the embedding server.
+    fn target(&self, slot: Option<&Slot>, endpoint: &str) -> (String, Served) {
+        match slot {
+            Some(slot) => (
+                self.url(slot.base_url(), endpoint),
+                Served::Pool(slot.index()),
+            ),
+            None => (
+                self.url(&self.settings.embedding_base_url, endpoint),
+                Served::Embeddings,
+            ),
+        }
+    }
+
     /// Posts `body` to `endpoint` under the limiter with retries; returns
     /// the parsed JSON of the first 200 reply.
     ///
@@ -581,7 +619,7 @@ impl LlmClient {
         body: &Value,
         est_tokens: u64,
         level: Option<u8>,
-        clock: &CallClock,
+        clock: Option<&CallClock>,
     ) -> Result<Exchange, ExchangeError> {
         let mut spent = Spent::default();
         let mut last = String::new();
@@ -609,22 +647,7 @@ impl LlmClient {
                     Err(resting) => {
                         spent.attempts -= 1;
                         spent.wait_time += waited.elapsed();
-                        let error = LlmError::Exhausted {
-                            stage,
-                            attempts: spent.attempts,
-                            last: format!(
-                                "{}every endpoint is resting after repeated failures{}",
-                                if last.is_empty() {
-                                    String::new()
-                                } else {
-                                    format!("{last}; ")
-                                },
-                                resting
-                                    .next
-                                    .map(|d| format!(" (the first back in {}s)", d.as_secs()))
-                                    .unwrap_or_default()
-                            ),
-                        };
+                        let error = all_resting(stage, spent.attempts, &last, resting.next);
                         return Err(ExchangeError { error, spent });
                     }
                 }
@@ -641,42 +664,31 @@ impl LlmClient {
             spent.wait_time += waited.elapsed();
             // The budget runs from the first send, not while this call
             // waited for a slot or the budget: an attempt gets what is left.
-            let timeout = match clock.sending() {
-                Some(left) if left.is_zero() => {
-                    let error = LlmError::Exhausted {
-                        stage,
-                        attempts: spent.attempts - 1,
-                        last: clock.past_budget(),
-                    };
-                    return Err(ExchangeError { error, spent });
-                }
-                Some(left) => left.min(self.settings.timeout),
-                None => self.settings.timeout,
+            let Some(timeout) = self.attempt_timeout(clock) else {
+                let last = clock.map(CallClock::past_budget).unwrap_or_default();
+                let attempts = spent.attempts - 1;
+                let error = LlmError::Exhausted {
+                    stage,
+                    attempts,
+                    last,
+                };
+                return Err(ExchangeError { error, spent });
             };
-            let (url, served) = match &slot {
-                Some(slot) => (
-                    self.url(slot.base_url(), endpoint),
-                    Served::Pool(slot.index()),
-                ),
-                None => (
-                    self.url(&self.settings.embedding_base_url, endpoint),
-                    Served::Embeddings,
-                ),
-            };
+            let (url, served) = self.target(slot.as_ref(), endpoint);
             spent.endpoint = Some(served);
             let started = Instant::now();
             let outcome = self.send_once(&url, body, timeout).await;
             let took = started.elapsed();
             spent.http_time += took;
-            let load = match &outcome {
+            if matches!(
+                &outcome,
                 Ok((429 | 500..=599, ..))
-                | Err(NoReply {
-                    timed_out: true, ..
-                }) => LoadOutcome::Overloaded,
-                _ => LoadOutcome::Other,
-            };
-            if load == LoadOutcome::Overloaded || outcome.is_err() {
-                self.in_flight.record(load);
+                    | Err(NoReply {
+                        timed_out: true,
+                        ..
+                    })
+            ) {
+                self.in_flight.record(LoadOutcome::Overloaded);
             }
             drop(permit);
             let verdict = self
@@ -720,7 +732,7 @@ impl LlmClient {
             if attempts >= max_attempts {
                 break;
             }
-            if clock.spent() {
+            if let Some(clock) = clock.filter(|c| c.spent()) {
                 last = format!("{last}; {}", clock.past_budget());
                 break;
             }
@@ -1106,8 +1118,7 @@ impl LlmClient {
         }
 
         self.warm_up(&req).await;
-        let clock = CallClock::new(req.budget);
-        let mut messages = req.messages.clone();
+        let (clock, mut messages) = (CallClock::new(req.budget), req.messages.clone());
         let mut usage = Usage::default();
         let mut spent = Spent::default();
         let mut repaired = false;
@@ -1126,7 +1137,7 @@ impl LlmClient {
                     &body,
                     est,
                     Some(level),
-                    &clock,
+                    Some(&clock),
                 )
                 .await
             {
@@ -1277,22 +1288,10 @@ impl LlmClient {
         })
     }
 
-    /// Embeds texts through `/embeddings` (64 texts per request), with the
-    /// same limiter, retries and cache as chat calls. One `llm_calls` row
-    /// per request.
-    pub async fn embed(&self, stage: Stage, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
-        let model = self.settings.embedding_model.clone();
-        let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
-        let keys: Vec<String> = texts
-            .iter()
-            .map(|t| {
-                cache_key(&EmbeddingKey {
-                    kind: "embedding",
-                    model: &model,
-                    input: t,
-                })
-            })
-            .collect();
+    /// The cached vector of each key, where the cache has one, and the
+    /// indices of the keys it has none for.
+    async fn cached_vectors(&self, keys: &[String]) -> (Vec<Option<Vec<f32>>>, Vec<usize>) {
+        let mut out: Vec<Option<Vec<f32>>> = vec![None; keys.len()];
         let mut missing = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let hit = match &self.cache {
@@ -1304,6 +1303,25 @@ impl LlmClient {
                 None => missing.push(i),
             }
         }
+        (out, missing)
+    }
+
+    /// Embeds texts through `/embeddings` (64 texts per request), with the
+    /// same limiter, retries and cache as chat calls. One `llm_calls` row
+    /// per request.
+    pub async fn embed(&self, stage: Stage, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
+        let model = self.settings.embedding_model.clone();
+        let keys: Vec<String> = texts
+            .iter()
+            .map(|t| {
+                cache_key(&EmbeddingKey {
+                    kind: "embedding",
+                    model: &model,
+                    input: t,
+                })
+            })
+            .collect();
+        let (mut out, missing) = self.cached_vectors(&keys).await;
         let hits = texts.len() - missing.len();
         if !missing.is_empty() && self.replay_only() {
             let item = format!("{} texts", missing.len());
@@ -1351,7 +1369,7 @@ impl LlmClient {
             let body = json!({"model": model, "input": input});
             let item = Some(format!("{} texts", input.len()));
             let exchange = match self
-                .exchange(stage, "embeddings", &body, est, None, &CallClock::new(None))
+                .exchange(stage, "embeddings", &body, est, None, None)
                 .await
             {
                 Ok(x) => x,
