@@ -155,11 +155,14 @@ pub fn stated_identities(
                     }
                     // The mentions this object names that could hold the
                     // property: one, or the value is nobody's for sure.
-                    let mut holders = wanted.iter().filter(|(_, name, props)| {
-                        values.contains(name) && props.iter().any(|p| key.eq_ignore_ascii_case(p))
-                    });
-                    if let (Some((i, _, props)), None) = (holders.next(), holders.next())
-                        && let Some(p) = props.iter().find(|p| key.eq_ignore_ascii_case(p))
+                    let mut holders = wanted
+                        .iter()
+                        .filter(|(_, name, _)| values.contains(name))
+                        .filter_map(|(i, _, props)| {
+                            let p = props.iter().find(|p| key.eq_ignore_ascii_case(p))?;
+                            Some((i, p))
+                        });
+                    if let (Some((i, p)), None) = (holders.next(), holders.next())
                         && !out.iter().any(|(j, q, _)| j == i && q == p)
                     {
                         out.push((*i, p.clone(), v.clone()));

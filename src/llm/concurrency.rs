@@ -91,8 +91,6 @@ pub enum Outcome {
     /// The server is overloaded: an attempt timed out or was told to back
     /// off (429, 5xx).
     Overloaded,
-    /// Anything else (a refusal, a bad request): says nothing of load.
-    Other,
 }
 
 /// A slot for one attempt; the slot goes back (or is retired, after the
@@ -172,20 +170,19 @@ impl Concurrency {
         if !state.adaptive {
             return;
         }
-        let late = matches!(outcome, Outcome::Replied { took, allowed, .. } if took > allowed / 2);
-        if late || outcome == Outcome::Overloaded {
-            let to = (state.limit / 2).max(1);
-            state.slow_start = false;
-            self.set(&mut state, to, "the server is overloaded or calls run late");
-            return;
-        }
-        let Outcome::Replied {
-            tokens,
-            took,
-            allowed,
-        } = outcome
-        else {
-            return;
+        let (tokens, took, allowed) = match outcome {
+            Outcome::Replied {
+                tokens,
+                took,
+                allowed,
+            } if took <= allowed / 2 => (tokens, took, allowed),
+            // Overloaded, or a reply after half its time.
+            _ => {
+                let to = (state.limit / 2).max(1);
+                state.slow_start = false;
+                self.set(&mut state, to, "the server is overloaded or calls run late");
+                return;
+            }
         };
         if state.settle > 0 {
             state.settle -= 1;
@@ -298,11 +295,6 @@ impl CallClock {
         }
     }
 
-    /// The budget.
-    pub fn budget(&self) -> Option<Duration> {
-        self.budget
-    }
-
     /// Marks an attempt going out (the first one starts the clock) and
     /// returns the time left, `None` when unbounded.
     pub fn sending(&self) -> Option<Duration> {
@@ -396,10 +388,9 @@ mod tests {
         });
         assert_eq!(c.limit(), 2);
         assert_eq!(c.permits.available_permits(), 2);
-        // Never below one; other failures say nothing.
+        // Never below one.
         c.record(Outcome::Overloaded);
         c.record(Outcome::Overloaded);
-        c.record(Outcome::Other);
         assert_eq!(c.limit(), 1);
     }
 

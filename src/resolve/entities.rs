@@ -118,7 +118,7 @@ pub async fn candidates(
                 ctx,
                 PK,
                 &format!(
-                    "SELECT mention_id, group_id, type, labels, k, substr(k, strpos(k, '=') + 1) AS v \
+                    "SELECT mention_id, group_id, type, labels, k, {KEY_VALUE} AS v \
                      FROM (SELECT mention_id, group_id, type, labels, unnest(identity_keys(type, attributes)) AS k \
                      FROM ({probe}) WHERE type IN ({types}))"
                 ),
@@ -282,11 +282,15 @@ async fn exact_pairs(
         // A pair sharing several keys comes once per key; the
         // duplicates are dropped after decoding (cheaper than a
         // DISTINCT over names and chains).
+        // The side's rows of a type with identity properties, one per key.
+        let keyed = format!(
+            "SELECT target, group_id, type, name, labels, {row_ids} AS ids, unnest({row_ids}) AS k \
+             FROM ({side}) WHERE type IN ({types})"
+        );
         queries.push((
             Kind::Identity,
             format!(
-                "WITH t AS (SELECT target, group_id, type, name, labels, {row_ids} AS ids, unnest({row_ids}) AS k \
-                   FROM ({side}) WHERE type IN ({types})) \
+                "WITH t AS ({keyed}) \
                  SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, t.ids \
                  FROM {PK} p JOIN t ON p.group_id = t.group_id AND p.type = t.type AND p.k = t.k \
                  WHERE true {order}"
@@ -299,9 +303,7 @@ async fn exact_pairs(
         queries.push((
             Kind::Identity,
             format!(
-                "WITH u AS (SELECT target, group_id, name, labels, {row_ids} AS ids, unnest({row_ids}) AS k \
-                   FROM ({side}) WHERE type IN ({types})), \
-                 t AS (SELECT target, group_id, name, labels, ids, substr(k, strpos(k, '=') + 1) AS v FROM u) \
+                "WITH t AS (SELECT target, group_id, name, labels, ids, {KEY_VALUE} AS v FROM ({keyed})) \
                  SELECT p.mention_id, t.target, 1.0 AS score, CAST(1 AS BIGINT) AS n, t.name, t.labels, t.ids \
                  FROM ({probe}) p JOIN t ON p.group_id = t.group_id AND p.name_normalized = t.v \
                  WHERE chains_compatible(p.labels, t.labels) {not_self}"
@@ -675,9 +677,13 @@ async fn fuzzy_pairs(
     Ok(out)
 }
 
+/// The value of an identity key `k` (`property=value`): a value is
+/// folded like a name, so it holds no `=`.
+const KEY_VALUE: &str = "substr(k, strpos(k, '=') + 1)";
+
 /// Name of the scratch table of the probing mentions' identity keys
-/// (`mention_id`, `group_id`, `type`, `k`), built once for both sides'
-/// identity joins.
+/// (`mention_id`, `group_id`, `type`, `labels`, `k` and its value `v`),
+/// built once for both sides' identity joins.
 const PK: &str = "resolve_probe_identity_keys";
 
 /// Name of the scratch table of the probing mentions' band keys (`id`,

@@ -576,9 +576,8 @@ impl<'a> Extraction<'a> {
     /// Identity values that JSON records state for their mentions
     /// ([`extract::stated_identities`]), once the types are final: a
     /// record's `package_id` beside its `name` is that entity's, so a
-    /// mention elsewhere named by the value resolves to it. Returns how
-    /// many values were added.
-    pub(super) fn stated_identities(&mut self) -> usize {
+    /// mention elsewhere named by the value resolves to it.
+    pub(super) fn stated_identities(&mut self) {
         let ontology = &self.shared.ontology;
         let identity_of = |t: &str| {
             ontology
@@ -600,7 +599,6 @@ impl<'a> Extraction<'a> {
         if added > 0 {
             tracing::info!("records stated {added} identity values of their mentions");
         }
-        added
     }
 
     /// The episodes of `todo` whose calls all succeeded: they are committed.
